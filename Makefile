@@ -1,0 +1,67 @@
+# ferry — build, test, demo, bench.
+# `make test` and `make demo` do their own set-up (see scripts/setup-test-deps).
+
+GO          ?= go
+PYTHON      ?= /usr/bin/python3
+FERRY_CACHE ?= $(HOME)/.cache/ferry
+FUZZTIME    ?= 300x
+# Packages that run goroutines get -race in `make test`.
+RACE_PKGS   ?= ./...
+GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
+
+export FERRY_CACHE
+export FERRY_NODE_MODULES ?= $(FERRY_CACHE)/npm/node_modules
+export PATH := $(GOBIN_DIR):$(PATH)
+
+BINARIES := dataprep ckptmerge ferry-serve
+
+.PHONY: all build test test-go test-python setup-test-deps vet fmt-check lint fuzz demo bench bench-quick clean
+
+all: build
+
+build:
+	@mkdir -p bin
+	$(GO) build -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+setup-test-deps:
+	scripts/setup-test-deps
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: vet fmt-check
+	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@2026.1 -version >/dev/null 2>&1; then \
+		$(GO) run honnef.co/go/tools/cmd/staticcheck@2026.1 ./...; \
+	else echo "lint: staticcheck not available from the module proxy; skipped"; fi
+
+# FERRY_REQUIRE_TOOLS=1 turns a missing test tool (versitygw, node, torch) into
+# a failure instead of a skip: `make test` never skips a check.
+test-go: build
+	FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 $(RACE_PKGS)
+
+test-python: build
+	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -q python/
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz
+
+test: setup-test-deps vet fmt-check test-go fuzz test-python
+
+DEMO_OUT ?= out/demo
+demo: build
+	scripts/demo "$(DEMO_OUT)"
+
+bench: build
+	FERRY_BENCH_DEPS=1 scripts/setup-test-deps
+	$(GO) run ./bench/cmd/bench -mode full $(BENCH_ARGS)
+
+bench-quick: build
+	FERRY_BENCH_DEPS=1 scripts/setup-test-deps
+	$(GO) run ./bench/cmd/bench -mode quick $(BENCH_ARGS)
+
+clean:
+	rm -rf bin out
