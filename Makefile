@@ -8,6 +8,7 @@ FUZZTIME    ?= 300x
 # Packages that run goroutines get -race in `make test`.
 RACE_PKGS   ?= ./...
 GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
+STATICCHECK_VERSION ?= v0.8.2
 
 export FERRY_CACHE
 export FERRY_NODE_MODULES ?= $(FERRY_CACHE)/npm/node_modules
@@ -34,9 +35,9 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 lint: vet fmt-check
-	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@2026.1 -version >/dev/null 2>&1; then \
-		$(GO) run honnef.co/go/tools/cmd/staticcheck@2026.1 ./...; \
-	else echo "lint: staticcheck not available from the module proxy; skipped"; fi
+	@if [ -x "$(GOBIN_DIR)/staticcheck" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); then \
+		"$(GOBIN_DIR)/staticcheck" ./...; \
+	else echo "lint: staticcheck $(STATICCHECK_VERSION) could not be installed from the module proxy"; exit 1; fi
 
 # FERRY_REQUIRE_TOOLS=1 turns a missing test tool (versitygw, node, torch) into
 # a failure instead of a skip: `make test` never skips a check.
