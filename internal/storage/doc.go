@@ -1,0 +1,45 @@
+// Package storage reads and writes whole objects on local disks, mounted
+// volumes (FUSE, NFS) and S3-compatible object stores behind one small
+// interface, and never leaves a half-written result.
+//
+// A location is a plain path or an s3://bucket/key URL. Open gives random
+// access (local: pread; S3: ranged GETs, split into parallel ranges for
+// large reads); OpenStream gives one fast sequential read (S3: parallel
+// ranged read-ahead). Create returns a Writer that receives bytes in
+// order, never seeking, so the same code serves S3 and FUSE volumes that
+// refuse random writes:
+//
+//	local path /d/name                     S3 s3://b/k
+//	--------------------------------       -------------------------------------
+//	create  /d/.name.ferry-tmp-<rand>      create  CreateMultipartUpload (lazily)
+//	write   buffered, sequential           write   fill part buffer; full part ->
+//	                                               UploadPart, <= parallelism in flight
+//	commit  flush, fsync(tmp),             commit  CompleteMultipartUpload
+//	        renameat2(tmp, name,                   (or one PutObject when the whole
+//	        NOREPLACE unless overwrite),           object fits in one part)
+//	        fsync(/d)
+//	abort   unlink tmp                     abort   AbortMultipartUpload
+//
+// Until Commit returns nil nothing is visible at the location, and an
+// existing object there is untouched. A failed Write, or a cancelled
+// context, aborts the writer at once. A process killed with SIGKILL can
+// leave a local temporary file (List skips them) or an incomplete S3
+// multipart upload (invisible to readers; AbortIncompleteUploads removes
+// them, as does a bucket lifecycle rule).
+//
+// Memory: an S3 Writer holds at most part size x (parallelism + 1) bytes;
+// an S3 stream holds at most part size x (parallelism + 1); a Reader holds
+// nothing beyond the caller's buffer.
+//
+// S3 is configured as AWS tools are: AWS_ENDPOINT_URL (http:// or https://;
+// absent means AWS), AWS_REGION or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, the shared credentials file
+// (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE) and the EC2/ECS/EKS instance
+// roles, in that order. Endpoints that are IP addresses or localhost use
+// path-style addressing. WithS3Config overrides any of these. Secrets
+// never appear in errors or in the String form of S3Config.
+//
+// Concurrency: package functions and Readers are safe for concurrent use;
+// a Writer is not (one goroutine writes, but Abort may be deferred). Every
+// call honours its context; a Reader uses the context given to Open.
+package storage

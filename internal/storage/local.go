@@ -1,0 +1,317 @@
+package storage
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// tempMarker is part of every temporary file name, so that List never
+// reports the leftovers of a crashed writer as results.
+const tempMarker = ".ferry-tmp-"
+
+// localBufSize is the write buffer of a local Writer: small writes are
+// batched into syscalls of this size, large ones go straight through.
+const localBufSize = 1 << 20
+
+// localReader reads a file with pread(2); the kernel's page cache does the
+// rest. Safe for concurrent ReadAt.
+type localReader struct {
+	f    *os.File
+	size int64
+}
+
+func openLocal(ctx context.Context, path string) (Reader, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, pathError("open", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, pathError("open", path, errors.New("is a directory"))
+	}
+	return &localReader{f: f, size: st.Size()}, nil
+}
+
+func (r *localReader) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+func (r *localReader) Size() int64                             { return r.size }
+func (r *localReader) Close() error                            { return r.f.Close() }
+
+type localStream struct {
+	*os.File
+}
+
+func openLocalStream(ctx context.Context, path string) (io.ReadCloser, int64, error) {
+	r, err := openLocal(ctx, path)
+	if err != nil {
+		return nil, 0, err
+	}
+	lr := r.(*localReader)
+	adviseSequential(lr.f)
+	return localStream{lr.f}, lr.size, nil
+}
+
+func statLocal(ctx context.Context, path string) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, pathError("stat", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return Info{}, fmt.Errorf("storage: %w", err)
+	}
+	return Info{Loc: path, Size: st.Size(), ModTime: st.ModTime()}, nil
+}
+
+func listLocal(ctx context.Context, dir string) ([]Info, error) {
+	var out []Info
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return pathError("list", dir, cerr)
+		}
+		if err != nil {
+			if p == dir && errors.Is(err, fs.ErrNotExist) {
+				return filepath.SkipAll
+			}
+			return fmt.Errorf("storage: list: %w", err)
+		}
+		if d.IsDir() || strings.Contains(d.Name(), tempMarker) {
+			return nil
+		}
+		st, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while listing
+			}
+			return fmt.Errorf("storage: list: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil
+		}
+		out = append(out, Info{Loc: p, Size: st.Size(), ModTime: st.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func removeLocal(ctx context.Context, path string) error {
+	if err := ctx.Err(); err != nil {
+		return pathError("remove", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	return nil
+}
+
+// localWriter writes to a temporary file next to the target and renames it
+// into place on Commit, after fsync of the file; the directory is fsynced
+// after the rename. Bytes are written strictly in order (no seeks), which
+// FUSE volumes that refuse random writes accept.
+type localWriter struct {
+	ctx    context.Context
+	path   string
+	tmp    string
+	f      *os.File
+	bw     *bufio.Writer
+	cfg    *config
+	mu     sync.Mutex // guards done against a concurrent Abort from a defer on another goroutine
+	done   bool       // committed or aborted: further calls are no-ops or ErrClosed
+	err    error      // sticky error of a failed Write
+	n      int64
+	commit bool
+}
+
+func createLocal(ctx context.Context, path string, cfg *config) (Writer, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty path", ErrBadLocation)
+	}
+	dir, base := filepath.Split(filepath.Clean(path))
+	if dir == "" {
+		dir = "."
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, pathError("create", path, fmt.Errorf("parent directory %s does not exist: %w", dir, fs.ErrNotExist))
+		}
+		return nil, fmt.Errorf("storage: create %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return nil, pathError("create", path, fmt.Errorf("parent %s is not a directory", dir))
+	}
+	if tst, err := os.Stat(path); err == nil {
+		if tst.IsDir() {
+			return nil, pathError("create", path, errors.New("target is a directory"))
+		}
+		if !cfg.overwrite {
+			return nil, pathError("create", path, fs.ErrExist)
+		}
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, "."+base+tempMarker+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, cfg.perm)
+	if err != nil {
+		return nil, fmt.Errorf("storage: create %s: %w", path, err)
+	}
+	return &localWriter{
+		ctx:  ctx,
+		path: path,
+		tmp:  tmp,
+		f:    f,
+		bw:   bufio.NewWriterSize(f, localBufSize),
+		cfg:  cfg,
+	}, nil
+}
+
+func (w *localWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.done {
+		return 0, pathError("write", w.path, ErrClosed)
+	}
+	if err := w.ctx.Err(); err != nil {
+		w.fail(pathError("write", w.path, err))
+		return 0, w.err
+	}
+	n, err := w.bw.Write(p)
+	w.n += int64(n)
+	if err != nil {
+		w.fail(fmt.Errorf("storage: write %s at byte %d: %w", w.path, w.n, unwrapPathErr(err)))
+		return n, w.err
+	}
+	return n, nil
+}
+
+// unwrapPathErr drops the *fs.PathError naming the temporary file: the
+// user knows the target name, not ours.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// fail records err as sticky and discards the temporary file at once, so a
+// failed write never leaves bytes on a full disk.
+func (w *localWriter) fail(err error) {
+	w.err = err
+	w.discard()
+}
+
+func (w *localWriter) discard() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	w.done = true
+	w.f.Close()
+	os.Remove(w.tmp)
+}
+
+func (w *localWriter) Commit() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		if w.commit {
+			return nil
+		}
+		return pathError("commit", w.path, ErrAborted)
+	}
+	err := w.commitLocked()
+	if err != nil {
+		w.fail(err)
+		return err
+	}
+	return nil
+}
+
+func (w *localWriter) commitLocked() error {
+	if err := w.ctx.Err(); err != nil {
+		return pathError("commit", w.path, err)
+	}
+	if err := w.bw.Flush(); err != nil {
+		return fmt.Errorf("storage: write %s at byte %d: %w", w.path, w.n, unwrapPathErr(err))
+	}
+	if err := w.f.Sync(); err != nil && !ignorableSyncErr(err) {
+		return fmt.Errorf("storage: fsync %s: %w", w.path, unwrapPathErr(err))
+	}
+	if err := w.ctx.Err(); err != nil {
+		return pathError("commit", w.path, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return pathError("commit", w.path, ErrAborted)
+	}
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", w.path, unwrapPathErr(err))
+	}
+	var err error
+	if w.cfg.overwrite {
+		err = os.Rename(w.tmp, w.path)
+	} else {
+		err = renameNoReplace(w.tmp, w.path)
+	}
+	if err != nil {
+		os.Remove(w.tmp)
+		w.done = true
+		if errors.Is(err, fs.ErrExist) {
+			return pathError("commit", w.path, fs.ErrExist)
+		}
+		return fmt.Errorf("storage: commit %s: %w", w.path, unwrapPathErr(err))
+	}
+	w.done, w.commit = true, true
+	if err := syncDir(filepath.Dir(w.path)); err != nil {
+		return fmt.Errorf("storage: commit %s: fsync directory: %w", w.path, err)
+	}
+	return nil
+}
+
+func (w *localWriter) Abort() error {
+	w.discard()
+	return nil
+}
+
+// ignorableSyncErr reports whether fsync failed only because the file
+// system does not implement it (some FUSE and network file systems).
+func ignorableSyncErr(err error) bool {
+	return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.ENOSYS)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !ignorableSyncErr(err) && !errors.Is(err, syscall.EBADF) {
+		return err
+	}
+	return nil
+}
