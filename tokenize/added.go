@@ -1,0 +1,170 @@
+package tokenize
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// addedToken is an entry of "added_tokens" in tokenizer.json.
+type addedToken struct {
+	ID         int32  `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// trie finds added tokens in text with leftmost-longest semantics, as the
+// Aho-Corasick automaton of HF tokenizers (MatchKind::LeftmostLongest).
+type trie struct {
+	first [256]bool        // bytes that start some token
+	next  map[uint64]int32 // node<<8|byte -> child node
+	term  []int32          // node -> index into toks, -1 when no token ends here
+	toks  []*addedToken    // the tokens
+	only  int              // the only first byte when all tokens share one, else -1
+}
+
+func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
+	t := &trie{next: map[uint64]int32{}, term: []int32{-1}, only: -1}
+	firsts := 0
+	for _, tok := range toks {
+		s := content(tok)
+		if s == "" {
+			continue
+		}
+		if !t.first[s[0]] {
+			t.first[s[0]] = true
+			firsts++
+			t.only = int(s[0])
+		}
+		node := int32(0)
+		for i := 0; i < len(s); i++ {
+			k := uint64(node)<<8 | uint64(s[i])
+			child, ok := t.next[k]
+			if !ok {
+				child = int32(len(t.term))
+				t.term = append(t.term, -1)
+				t.next[k] = child
+			}
+			node = child
+		}
+		if t.term[node] < 0 { // the first of equal contents wins
+			t.term[node] = int32(len(t.toks))
+			t.toks = append(t.toks, tok)
+		}
+	}
+	if firsts != 1 {
+		t.only = -1
+	}
+	return t
+}
+
+func (t *trie) empty() bool { return len(t.toks) == 0 }
+
+// longest returns the longest token that starts s, or nil.
+func (t *trie) longest(s string) (*addedToken, int) {
+	node := int32(0)
+	var best *addedToken
+	bestLen := 0
+	for i := 0; i < len(s); i++ {
+		child, ok := t.next[uint64(node)<<8|uint64(s[i])]
+		if !ok {
+			break
+		}
+		node = child
+		if k := t.term[node]; k >= 0 {
+			best, bestLen = t.toks[k], i+1
+		}
+	}
+	return best, bestLen
+}
+
+// nextCandidate returns the first index >= i where a token may start, or len(s).
+func (t *trie) nextCandidate(s string, i int) int {
+	if t.only >= 0 {
+		for j := i; j < len(s); j++ {
+			if s[j] == byte(t.only) {
+				return j
+			}
+		}
+		return len(s)
+	}
+	for j := i; j < len(s); j++ {
+		if t.first[s[j]] {
+			return j
+		}
+	}
+	return len(s)
+}
+
+// match is a found added token: s[start:end], lstrip/rstrip included.
+type match struct {
+	tok        *addedToken
+	start, end int
+}
+
+// find returns the next match in s at or after from, with HF's rules:
+// leftmost-longest non-overlapping matches, then single_word matches that are
+// not whole words are dropped, lstrip takes the white space before the match
+// (not before prev, the end of the previous match) and rstrip the white space
+// after it.
+func (t *trie) find(s string, from, prev int) (match, bool) {
+	i := from
+	for {
+		i = t.nextCandidate(s, i)
+		if i >= len(s) {
+			return match{}, false
+		}
+		tok, n := t.longest(s[i:])
+		if tok == nil {
+			i++
+			continue
+		}
+		start, end := i, i+n
+		if tok.SingleWord {
+			startOK := start == 0 || !endsWithWord(s[:start])
+			endOK := end == len(s) || !startsWithWord(s[end:])
+			if !startOK || !endOK {
+				i = end // the automaton moves past a discarded match
+				continue
+			}
+		}
+		if tok.LStrip {
+			j := start
+			for j > 0 {
+				r, w := utf8.DecodeLastRuneInString(s[:j])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				j -= w
+			}
+			start = max(j, prev)
+		}
+		if tok.RStrip {
+			for end < len(s) {
+				r, w := utf8.DecodeRuneInString(s[end:])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				end += w
+			}
+		}
+		return match{tok, start, end}, true
+	}
+}
+
+func isWordRune(r rune) bool {
+	return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Nl, r) || unicode.Is(unicode.No, r) || unicode.Is(unicode.M, r) || unicode.Is(unicode.Pc, r)
+}
+
+func endsWithWord(s string) bool {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	return isWordRune(r)
+}
+
+func startsWithWord(s string) bool {
+	r, _ := utf8.DecodeRuneInString(s)
+	return isWordRune(r)
+}

@@ -1,0 +1,270 @@
+package tokenize
+
+import (
+	"hash/maphash"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// bpeModel is a byte-level BPE model whose vocabulary is keyed by raw bytes
+// (the byte-level characters of tokenizer.json decoded), so that the text is
+// never converted to byte-level characters.
+type bpeModel struct {
+	vocab        map[string]int32  // raw bytes -> id, byte-level tokens only
+	byteID       [256]int32        // id of each single byte, -1 when absent
+	merges       map[uint64]uint64 // left<<32|right -> rank<<32|merged
+	ignoreMerges bool
+	unkID        int32 // -1 when there is no unk_token
+	fuseUnk      bool
+}
+
+const noRank = math.MaxUint32
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// merge returns the rank and merged id of the pair (a, b).
+func (m *bpeModel) merge(a, b int32) (rank uint32, merged int32) {
+	v, ok := m.merges[pairKey(a, b)]
+	if !ok {
+		return noRank, -1
+	}
+	return uint32(v >> 32), int32(uint32(v))
+}
+
+// scratch is the per-call working memory of the BPE step.
+type scratch struct {
+	ids   []int32
+	ranks []uint32
+	nexts []int32
+	prevs []int32
+	heap  []heapItem
+}
+
+// initial appends the ids of the single bytes of word to sc.ids, as HF's BPE
+// does with the byte-level characters: a byte without an id becomes unk (fused
+// with a preceding unk when fuse_unk) or is dropped when there is no unk.
+func (m *bpeModel) initial(sc *scratch, word string) []int32 {
+	ids := sc.ids[:0]
+	prevUnk := false
+	for i := 0; i < len(word); i++ {
+		id := m.byteID[word[i]]
+		if id >= 0 {
+			ids = append(ids, id)
+			prevUnk = false
+			continue
+		}
+		if m.unkID < 0 {
+			continue
+		}
+		if !(m.fuseUnk && prevUnk) {
+			ids = append(ids, m.unkID)
+		}
+		prevUnk = true
+	}
+	sc.ids = ids
+	return ids
+}
+
+// heapThreshold is the word length from which the O(n log n) merge loop is
+// used instead of the simple O(n²) one. Both give the same result: the pair of
+// lowest rank is merged first, the leftmost one among equal ranks.
+const heapThreshold = 48
+
+// appendBPE appends the ids of one pre-token (raw bytes) to dst.
+func (m *bpeModel) appendBPE(dst []int32, word string, sc *scratch) []int32 {
+	if m.ignoreMerges {
+		if id, ok := m.vocab[word]; ok {
+			return append(dst, id)
+		}
+	}
+	ids := m.initial(sc, word)
+	if len(ids) >= heapThreshold {
+		return m.mergeHeap(dst, ids, sc)
+	}
+	return m.mergeSmall(dst, ids, sc)
+}
+
+func (m *bpeModel) mergeSmall(dst []int32, ids []int32, sc *scratch) []int32 {
+	n := len(ids)
+	if n <= 1 {
+		return append(dst, ids...)
+	}
+	ranks := sc.ranks[:0]
+	merged := sc.nexts[:0]
+	for i := 0; i+1 < n; i++ {
+		r, id := m.merge(ids[i], ids[i+1])
+		ranks = append(ranks, r)
+		merged = append(merged, id)
+	}
+	for n > 1 {
+		best, bi := uint32(noRank), -1
+		for i, r := range ranks[:n-1] {
+			if r < best {
+				best, bi = r, i
+			}
+		}
+		if bi < 0 {
+			break
+		}
+		ids[bi] = merged[bi]
+		copy(ids[bi+1:n-1], ids[bi+2:n])
+		copy(ranks[bi:n-2], ranks[bi+1:n-1])
+		copy(merged[bi:n-2], merged[bi+1:n-1])
+		n--
+		if bi > 0 {
+			ranks[bi-1], merged[bi-1] = m.merge(ids[bi-1], ids[bi])
+		}
+		if bi+1 < n {
+			ranks[bi], merged[bi] = m.merge(ids[bi], ids[bi+1])
+		}
+	}
+	sc.ranks, sc.nexts = ranks, merged
+	return append(dst, ids[:n]...)
+}
+
+type heapItem struct {
+	rank   uint32
+	pos    int32
+	merged int32
+}
+
+func (a heapItem) less(b heapItem) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
+}
+
+func heapPush(h []heapItem, it heapItem) []heapItem {
+	h = append(h, it)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	return h
+}
+
+func heapPop(h []heapItem) ([]heapItem, heapItem) {
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		c := l
+		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+			c = r
+		}
+		if !h[c].less(h[i]) {
+			break
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+	return h, top
+}
+
+// mergeHeap is HF's merge loop: a priority queue of candidate merges over a
+// linked list of symbols; stale entries are skipped when popped.
+func (m *bpeModel) mergeHeap(dst []int32, ids []int32, sc *scratch) []int32 {
+	n := len(ids)
+	nexts := growInt32(sc.nexts, n)
+	prevs := growInt32(sc.prevs, n)
+	h := sc.heap[:0]
+	for i := 0; i < n; i++ {
+		prevs[i] = int32(i - 1)
+		nexts[i] = int32(i + 1)
+		if i+1 < n {
+			if r, id := m.merge(ids[i], ids[i+1]); r != noRank {
+				h = heapPush(h, heapItem{r, int32(i), id})
+			}
+		}
+	}
+	nexts[n-1] = -1
+	const dead = -2
+	for len(h) > 0 {
+		var it heapItem
+		h, it = heapPop(h)
+		p := it.pos
+		if prevs[p] == dead {
+			continue
+		}
+		q := nexts[p]
+		if q < 0 {
+			continue
+		}
+		if r, id := m.merge(ids[p], ids[q]); r != it.rank || id != it.merged {
+			continue
+		}
+		ids[p] = it.merged
+		nexts[p] = nexts[q]
+		if nexts[q] >= 0 {
+			prevs[nexts[q]] = p
+		}
+		prevs[q] = dead
+		if pp := prevs[p]; pp >= 0 {
+			if r, id := m.merge(ids[pp], ids[p]); r != noRank {
+				h = heapPush(h, heapItem{r, pp, id})
+			}
+		}
+		if nq := nexts[p]; nq >= 0 {
+			if r, id := m.merge(ids[p], ids[nq]); r != noRank {
+				h = heapPush(h, heapItem{r, p, id})
+			}
+		}
+	}
+	for i := int32(0); i >= 0; i = nexts[i] {
+		dst = append(dst, ids[i])
+	}
+	sc.nexts, sc.prevs, sc.heap = nexts, prevs, h
+	return dst
+}
+
+func growInt32(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n, n+n/2)
+	}
+	return s[:n]
+}
+
+// cache maps pre-tokens to their ids. It is a direct-mapped table of atomic
+// pointers: lookups take no lock and do not allocate, a store replaces
+// whatever was in the slot, so it is safe for concurrent use and bounded.
+type cache struct {
+	seed  maphash.Seed
+	slots []atomic.Pointer[cacheEntry]
+	mask  uint64
+}
+
+type cacheEntry struct {
+	key string
+	ids []int32
+}
+
+// maxCachedLen is the longest pre-token (in bytes) kept in the cache.
+const maxCachedLen = 64
+
+func newCache(bits uint) *cache {
+	return &cache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[cacheEntry], 1<<bits), mask: 1<<bits - 1}
+}
+
+func (c *cache) get(key string) ([]int32, uint64, bool) {
+	h := maphash.String(c.seed, key)
+	if e := c.slots[h&c.mask].Load(); e != nil && e.key == key {
+		return e.ids, h, true
+	}
+	return nil, h, false
+}
+
+func (c *cache) put(h uint64, key string, ids []int32) {
+	e := &cacheEntry{key: strings.Clone(key), ids: slices.Clone(ids)}
+	c.slots[h&c.mask].Store(e)
+}

@@ -1,0 +1,621 @@
+package tokenize
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Errors returned by Load, matched with errors.Is.
+var (
+	// ErrUnsupported marks a tokenizer.json component ferry does not implement.
+	ErrUnsupported = errors.New("tokenize: unsupported component")
+	// ErrCorrupt marks a tokenizer.json that is not valid or not consistent.
+	ErrCorrupt = errors.New("tokenize: invalid tokenizer.json")
+)
+
+// MaxFileSize is the largest tokenizer.json (decompressed) Load accepts.
+const MaxFileSize = 1 << 30
+
+// Load reads a Hugging Face tokenizer.json. path is the file itself
+// (tokenizer.json or tokenizer.json.zst) or a directory holding either; for a
+// directory, tokenizer_config.json, when present, names the BOS, EOS and pad
+// tokens reported by Special.
+func Load(path string) (*Tokenizer, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	var cfgPath string
+	if st.IsDir() {
+		dir := path
+		path = filepath.Join(dir, "tokenizer.json")
+		if _, err := os.Stat(path); err != nil {
+			if _, err2 := os.Stat(path + ".zst"); err2 == nil {
+				path += ".zst"
+			} else {
+				return nil, fmt.Errorf("tokenize: %s holds neither tokenizer.json nor tokenizer.json.zst", dir)
+			}
+		}
+		cfgPath = filepath.Join(dir, "tokenizer_config.json")
+	} else {
+		cfgPath = filepath.Join(filepath.Dir(path), "tokenizer_config.json")
+	}
+	data, err := readMaybeZstd(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if cfg, err := os.ReadFile(cfgPath); err == nil {
+		if err := t.applyConfig(cfg); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfgPath, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	return t, nil
+}
+
+// New parses the bytes of a tokenizer.json (uncompressed).
+func New(data []byte) (*Tokenizer, error) {
+	return parse(data)
+}
+
+func readMaybeZstd(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".zst") {
+		d, err := zstd.NewReader(f, zstd.WithDecoderMaxMemory(MaxFileSize), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: %s: %w", path, err)
+		}
+		defer d.Close()
+		r = d
+	}
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("tokenize: %s: larger than %d bytes", path, MaxFileSize)
+	}
+	return data, nil
+}
+
+// jsonPath errors.
+func unsupported(path, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrUnsupported, path, fmt.Sprintf(format, args...))
+}
+
+func corrupt(path, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
+}
+
+type fileJSON struct {
+	Version       string          `json:"version"`
+	Truncation    json.RawMessage `json:"truncation"`
+	Padding       json.RawMessage `json:"padding"`
+	AddedTokens   []addedToken    `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	Model         json.RawMessage `json:"model"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+}
+
+func isNull(m json.RawMessage) bool {
+	m = bytes.TrimSpace(m)
+	return len(m) == 0 || string(m) == "null"
+}
+
+// component decodes the "type" of a component and the component into v.
+func component(m json.RawMessage, path string, v any) (string, error) {
+	var head struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(m, &head); err != nil {
+		return "", corrupt(path, "%v", err)
+	}
+	if head.Type == nil {
+		return "", corrupt(path, `no "type"`)
+	}
+	if v != nil {
+		if err := json.Unmarshal(m, v); err != nil {
+			return "", corrupt(path, "%s: %v", *head.Type, err)
+		}
+	}
+	return *head.Type, nil
+}
+
+func parse(data []byte) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, corrupt("$", "byte %d: %v", se.Offset, err)
+		}
+		return nil, corrupt("$", "%v", err)
+	}
+	sum := sha256.Sum256(data)
+	t := &Tokenizer{sha: hex.EncodeToString(sum[:])}
+	if !isNull(f.Truncation) {
+		return nil, unsupported("$.truncation", "truncation is not supported (set it to null)")
+	}
+	if !isNull(f.Padding) {
+		return nil, unsupported("$.padding", "padding is not supported (set it to null)")
+	}
+	if isNull(f.Model) {
+		return nil, corrupt("$.model", "missing")
+	}
+	if err := t.parseNormalizer(f.Normalizer, "$.normalizer"); err != nil {
+		return nil, err
+	}
+	if err := t.parsePreTokenizer(f.PreTokenizer, "$.pre_tokenizer"); err != nil {
+		return nil, err
+	}
+	if !t.byteLevel {
+		return nil, unsupported("$.pre_tokenizer", "no ByteLevel pre-tokenizer: only byte-level BPE tokenizers are supported")
+	}
+	if err := t.parseModel(f.Model, "$.model"); err != nil {
+		return nil, err
+	}
+	if err := t.parseAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if err := t.parsePost(f.PostProcessor, "$.post_processor"); err != nil {
+		return nil, err
+	}
+	if err := t.parseDecoder(f.Decoder, "$.decoder"); err != nil {
+		return nil, err
+	}
+	t.finish()
+	return t, nil
+}
+
+func (t *Tokenizer) parseNormalizer(m json.RawMessage, path string) error {
+	if isNull(m) {
+		return nil
+	}
+	var v struct {
+		Normalizers []json.RawMessage `json:"normalizers"`
+	}
+	typ, err := component(m, path, &v)
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case "NFC":
+		t.norms = append(t.norms, norm.NFC)
+	case "NFD":
+		t.norms = append(t.norms, norm.NFD)
+	case "NFKC":
+		t.norms = append(t.norms, norm.NFKC)
+	case "NFKD":
+		t.norms = append(t.norms, norm.NFKD)
+	case "Sequence":
+		for i, n := range v.Normalizers {
+			if err := t.parseNormalizer(n, fmt.Sprintf("%s.normalizers[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	default:
+		return unsupported(path, "normalizer %q", typ)
+	}
+	return nil
+}
+
+type splitJSON struct {
+	Pattern struct {
+		Regex  *string `json:"Regex"`
+		String *string `json:"String"`
+	} `json:"pattern"`
+	Behavior       string            `json:"behavior"`
+	Invert         bool              `json:"invert"`
+	AddPrefixSpace bool              `json:"add_prefix_space"`
+	UseRegex       *bool             `json:"use_regex"`
+	PreTokenizers  []json.RawMessage `json:"pretokenizers"`
+}
+
+func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
+	if isNull(m) {
+		return nil
+	}
+	var v splitJSON
+	typ, err := component(m, path, &v)
+	if err != nil {
+		return err
+	}
+	if t.byteLevel {
+		return unsupported(path, "pre-tokenizer %q after ByteLevel", typ)
+	}
+	switch typ {
+	case "Sequence":
+		for i, p := range v.PreTokenizers {
+			if err := t.parsePreTokenizer(p, fmt.Sprintf("%s.pretokenizers[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case "Split":
+		if v.Invert {
+			return unsupported(path+".invert", "Split with invert=true")
+		}
+		if v.Behavior != "Isolated" && v.Behavior != "Removed" {
+			return unsupported(path+".behavior", "Split behavior %q", v.Behavior)
+		}
+		var pat string
+		literal := false
+		switch {
+		case v.Pattern.Regex != nil:
+			pat = *v.Pattern.Regex
+		case v.Pattern.String != nil:
+			pat, literal = *v.Pattern.String, true
+		default:
+			return corrupt(path+".pattern", `want {"Regex": ...} or {"String": ...}`)
+		}
+		st := preStage{}
+		if !literal && v.Behavior == "Isolated" {
+			st.scan = scanKindOf(pat)
+		}
+		if st.scan == scanNone {
+			if pat == "" {
+				return unsupported(path+".pattern", "empty pattern")
+			}
+			re, err := newRegexSplitter(pat, literal, v.Behavior == "Isolated")
+			if err != nil {
+				return unsupported(path+".pattern", "regex %q: %v", pat, err)
+			}
+			st.re = re
+		}
+		t.stages = append(t.stages, st)
+	case "ByteLevel":
+		t.byteLevel = true
+		if v.AddPrefixSpace {
+			t.stages = append(t.stages, preStage{prefixSpace: true})
+		}
+		if v.UseRegex == nil || *v.UseRegex {
+			t.stages = append(t.stages, preStage{scan: scanGPT2})
+		}
+	default:
+		return unsupported(path, "pre-tokenizer %q", typ)
+	}
+	return nil
+}
+
+type modelJSON struct {
+	Type                    string            `json:"type"`
+	Dropout                 *float64          `json:"dropout"`
+	UnkToken                *string           `json:"unk_token"`
+	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+	FuseUnk                 bool              `json:"fuse_unk"`
+	ByteFallback            bool              `json:"byte_fallback"`
+	IgnoreMerges            bool              `json:"ignore_merges"`
+	Vocab                   map[string]int32  `json:"vocab"`
+	Merges                  []json.RawMessage `json:"merges"`
+}
+
+func (t *Tokenizer) parseModel(m json.RawMessage, path string) error {
+	var v modelJSON
+	typ, err := component(m, path, &v)
+	if err != nil {
+		return err
+	}
+	if typ != "BPE" {
+		return unsupported(path+".type", "model %q (only BPE)", typ)
+	}
+	if v.Dropout != nil && *v.Dropout != 0 {
+		return unsupported(path+".dropout", "BPE dropout %v", *v.Dropout)
+	}
+	if v.ContinuingSubwordPrefix != nil && *v.ContinuingSubwordPrefix != "" {
+		return unsupported(path+".continuing_subword_prefix", "%q", *v.ContinuingSubwordPrefix)
+	}
+	if v.EndOfWordSuffix != nil && *v.EndOfWordSuffix != "" {
+		return unsupported(path+".end_of_word_suffix", "%q", *v.EndOfWordSuffix)
+	}
+	if v.ByteFallback {
+		return unsupported(path+".byte_fallback", "byte_fallback=true")
+	}
+	if v.Vocab == nil {
+		return corrupt(path+".vocab", "missing")
+	}
+	bm := &t.model
+	bm.ignoreMerges = v.IgnoreMerges
+	bm.fuseUnk = v.FuseUnk
+	bm.vocab = make(map[string]int32, len(v.Vocab))
+	for i := range bm.byteID {
+		bm.byteID[i] = -1
+	}
+	maxID := int32(-1)
+	for tok, id := range v.Vocab {
+		if id < 0 || id >= 1<<30 {
+			return corrupt(path+".vocab", "token %q has id %d", tok, id)
+		}
+		maxID = max(maxID, id)
+	}
+	t.oddTokens = map[string]int32{}
+	t.tokens = make([]string, maxID+1)
+	t.decoded = make([]string, maxID+1)
+	t.isToken = make([]bool, maxID+1)
+	for tok, id := range v.Vocab {
+		if t.isToken[id] {
+			return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
+		}
+		t.isToken[id] = true
+		t.tokens[id] = tok
+		raw, ok := byteLevelDecode(tok)
+		t.decoded[id] = string(raw)
+		if !ok {
+			t.oddTokens[tok] = id
+		} else {
+			bm.vocab[string(raw)] = id
+			if len(raw) == 1 {
+				bm.byteID[raw[0]] = id
+			}
+		}
+	}
+	t.vocabSize = len(v.Vocab)
+	bm.unkID = -1
+	if v.UnkToken != nil {
+		id, ok := v.Vocab[*v.UnkToken]
+		if !ok {
+			return corrupt(path+".unk_token", "%q is not in the vocab", *v.UnkToken)
+		}
+		bm.unkID = id
+	}
+	bm.merges = make(map[uint64]uint64, len(v.Merges))
+	for i, raw := range v.Merges {
+		mp := fmt.Sprintf("%s.merges[%d]", path, i)
+		var a, b string
+		var s string
+		if err := json.Unmarshal(raw, &s); err == nil {
+			var ok bool
+			a, b, ok = strings.Cut(s, " ")
+			if !ok || strings.Contains(b, " ") {
+				return corrupt(mp, "merge %q is not two tokens separated by one space", s)
+			}
+		} else {
+			var pair []string
+			if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
+				return corrupt(mp, `want "a b" or ["a", "b"], found %.40s`, raw)
+			}
+			a, b = pair[0], pair[1]
+		}
+		ia, oka := v.Vocab[a]
+		ib, okb := v.Vocab[b]
+		im, okm := v.Vocab[a+b]
+		if !oka || !okb || !okm {
+			return corrupt(mp, "merge %q %q: token not in the vocab", a, b)
+		}
+		bm.merges[pairKey(ia, ib)] = uint64(i)<<32 | uint64(uint32(im))
+	}
+	return nil
+}
+
+func (t *Tokenizer) parseAdded(list []addedToken) error {
+	t.added = make([]*addedToken, 0, len(list))
+	for i := range list {
+		a := &list[i]
+		path := fmt.Sprintf("$.added_tokens[%d]", i)
+		if a.ID < 0 || a.ID >= 1<<30 {
+			return corrupt(path+".id", "id %d", a.ID)
+		}
+		if a.Content == "" {
+			return corrupt(path+".content", "empty")
+		}
+		t.added = append(t.added, a)
+	}
+	maxID := int32(len(t.tokens) - 1)
+	for _, a := range t.added {
+		maxID = max(maxID, a.ID)
+	}
+	for int32(len(t.tokens)) <= maxID {
+		t.tokens = append(t.tokens, "")
+		t.decoded = append(t.decoded, "")
+		t.isToken = append(t.isToken, false)
+	}
+	inModel := func(content string) bool {
+		if _, ok := t.oddTokens[content]; ok {
+			return true
+		}
+		raw, ok := byteLevelDecode(content)
+		if !ok {
+			return false
+		}
+		id, ok := t.model.vocab[string(raw)]
+		return ok && t.tokens[id] == content
+	}
+	extra := map[string]bool{}
+	for _, a := range t.added {
+		if !inModel(a.Content) {
+			extra[a.Content] = true
+		}
+	}
+	t.vocabSize += len(extra)
+	t.addedByID = make(map[int32]*addedToken, len(t.added))
+	t.addedByContent = make(map[string]int32, len(t.added))
+	for _, a := range t.added {
+		if t.isToken[a.ID] && t.tokens[a.ID] != a.Content {
+			return corrupt("$.added_tokens", "id %d is both %q and %q", a.ID, t.tokens[a.ID], a.Content)
+		}
+		t.isToken[a.ID] = true
+		t.tokens[a.ID] = a.Content
+		raw, _ := byteLevelDecode(a.Content)
+		t.decoded[a.ID] = string(raw)
+		t.addedByID[a.ID] = a
+		if _, dup := t.addedByContent[a.Content]; !dup {
+			t.addedByContent[a.Content] = a.ID
+		}
+	}
+	var rawToks, normToks []*addedToken
+	for _, a := range t.added {
+		if a.Normalized && len(t.norms) > 0 {
+			normToks = append(normToks, a)
+		} else {
+			rawToks = append(rawToks, a)
+		}
+	}
+	t.rawTrie = newTrie(rawToks, func(a *addedToken) string { return a.Content })
+	t.normTrie = newTrie(normToks, func(a *addedToken) string { return t.normalize(a.Content) })
+	return nil
+}
+
+type postJSON struct {
+	Processors    []json.RawMessage `json:"processors"`
+	Single        []json.RawMessage `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []int32 `json:"ids"`
+	} `json:"special_tokens"`
+}
+
+func (t *Tokenizer) parsePost(m json.RawMessage, path string) error {
+	if isNull(m) {
+		return nil
+	}
+	var v postJSON
+	typ, err := component(m, path, &v)
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case "ByteLevel":
+		// Changes offsets only.
+	case "Sequence":
+		for i, p := range v.Processors {
+			if err := t.parsePost(p, fmt.Sprintf("%s.processors[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case "TemplateProcessing":
+		if t.hasTemplate {
+			return unsupported(path, "a second TemplateProcessing")
+		}
+		t.hasTemplate = true
+		seen := false
+		for i, item := range v.Single {
+			ip := fmt.Sprintf("%s.single[%d]", path, i)
+			var it struct {
+				SpecialToken *struct {
+					ID string `json:"id"`
+				} `json:"SpecialToken"`
+				Sequence *struct {
+					ID string `json:"id"`
+				} `json:"Sequence"`
+			}
+			if err := json.Unmarshal(item, &it); err != nil {
+				return corrupt(ip, "%v", err)
+			}
+			switch {
+			case it.Sequence != nil:
+				if it.Sequence.ID != "A" || seen {
+					return unsupported(ip, "sequence %q in a single template", it.Sequence.ID)
+				}
+				seen = true
+			case it.SpecialToken != nil:
+				st, ok := v.SpecialTokens[it.SpecialToken.ID]
+				if !ok {
+					return corrupt(ip, "special token %q is not in special_tokens", it.SpecialToken.ID)
+				}
+				for _, id := range st.IDs {
+					if id < 0 || int(id) >= len(t.tokens) || !t.isToken[id] {
+						return corrupt(ip, "special token %q has id %d, not in the vocabulary", it.SpecialToken.ID, id)
+					}
+				}
+				if seen {
+					t.suffix = append(t.suffix, st.IDs...)
+				} else {
+					t.prefix = append(t.prefix, st.IDs...)
+				}
+			default:
+				return corrupt(ip, "want SpecialToken or Sequence")
+			}
+		}
+		if !seen {
+			return corrupt(path+".single", "no $A sequence")
+		}
+	default:
+		return unsupported(path, "post-processor %q", typ)
+	}
+	return nil
+}
+
+func (t *Tokenizer) parseDecoder(m json.RawMessage, path string) error {
+	if isNull(m) {
+		t.joinDecode = true
+		return nil
+	}
+	var v struct {
+		Decoders []json.RawMessage `json:"decoders"`
+	}
+	typ, err := component(m, path, &v)
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case "ByteLevel":
+	case "Sequence":
+		if len(v.Decoders) != 1 {
+			return unsupported(path+".decoders", "a Sequence of %d decoders (only [ByteLevel])", len(v.Decoders))
+		}
+		return t.parseDecoder(v.Decoders[0], path+".decoders[0]")
+	default:
+		return unsupported(path, "decoder %q", typ)
+	}
+	return nil
+}
+
+// applyConfig reads bos_token, eos_token and pad_token from tokenizer_config.json.
+func (t *Tokenizer) applyConfig(data []byte) error {
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return corrupt("$", "%v", err)
+	}
+	get := func(key string) (string, int32, error) {
+		m, ok := cfg[key]
+		if !ok || isNull(m) {
+			return "", -1, nil
+		}
+		var s string
+		if err := json.Unmarshal(m, &s); err != nil {
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(m, &obj); err != nil {
+				return "", -1, corrupt("$."+key, "want a string or {\"content\": ...}")
+			}
+			s = obj.Content
+		}
+		id, ok := t.TokenID(s)
+		if !ok {
+			return "", -1, corrupt("$."+key, "token %q is not in the vocabulary", s)
+		}
+		return s, id, nil
+	}
+	var err error
+	if t.special.BOS, t.special.BOSID, err = get("bos_token"); err != nil {
+		return err
+	}
+	if t.special.EOS, t.special.EOSID, err = get("eos_token"); err != nil {
+		return err
+	}
+	if t.special.Pad, t.special.PadID, err = get("pad_token"); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+package tokenize
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Special describes the special tokens of a tokenizer. IDs are -1 when absent.
+type Special struct {
+	BOS, EOS, Pad       string
+	BOSID, EOSID, PadID int32
+	// AddBOS is true when the post-processor prepends tokens (Llama-3's
+	// <|begin_of_text|>) with addSpecial; AddEOS when it appends some.
+	AddBOS bool
+	AddEOS bool
+}
+
+// Tokenizer encodes text to token ids and back. It is immutable after Load
+// and safe for concurrent use.
+type Tokenizer struct {
+	sha       string
+	vocabSize int
+	model     bpeModel
+	norms     []norm.Form
+
+	// pre-tokenizer
+	byteLevel bool
+	stages    []preStage
+	fastScan  scanKind // the only stage, when it has a scanner
+
+	// added tokens
+	added          []*addedToken
+	addedByID      map[int32]*addedToken
+	addedByContent map[string]int32
+	rawTrie        *trie // normalized=false (or no normalizer): matched in the input
+	normTrie       *trie // normalized=true: matched in the normalized text
+
+	// post-processor
+	hasTemplate    bool
+	prefix, suffix []int32
+
+	// id -> token string, raw bytes for Decode, whether the id exists, whether it is special
+	tokens     []string
+	decoded    []string
+	isToken    []bool
+	isSpecial  []bool
+	oddTokens  map[string]int32 // vocab tokens that are not byte-level strings
+	joinDecode bool             // no decoder: Decode joins tokens with spaces, as HF
+
+	special Special
+	cache   *cache
+	scratch sync.Pool
+}
+
+// preStage is one step of the pre-tokenizer.
+type preStage struct {
+	scan        scanKind       // a hand-written Split scanner, or
+	re          *regexSplitter // a regex Split, or
+	prefixSpace bool           // ByteLevel's add_prefix_space
+}
+
+// cacheBits sets the size of the pre-token cache: 1<<cacheBits entries.
+const cacheBits = 17
+
+func (t *Tokenizer) finish() {
+	if len(t.stages) == 1 && t.stages[0].scan != scanNone {
+		t.fastScan = t.stages[0].scan
+	}
+	t.isSpecial = make([]bool, len(t.tokens))
+	for _, a := range t.added {
+		if a.Special {
+			t.isSpecial[a.ID] = true
+		}
+	}
+	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
+	if len(t.prefix) == 1 {
+		t.special.BOSID = t.prefix[0]
+		t.special.BOS = t.tokens[t.prefix[0]]
+	}
+	if len(t.suffix) == 1 {
+		t.special.EOSID = t.suffix[0]
+		t.special.EOS = t.tokens[t.suffix[0]]
+	}
+	t.cache = newCache(cacheBits)
+	t.scratch.New = func() any { return new(scratch) }
+}
+
+// Special returns the special tokens: from tokenizer_config.json when Load
+// found one, else what the post-processor adds.
+func (t *Tokenizer) Special() Special { return t.special }
+
+// SHA256 returns the hex SHA-256 of the (decompressed) tokenizer.json bytes.
+func (t *Tokenizer) SHA256() string { return t.sha }
+
+// VocabSize returns the number of ids: model vocabulary plus added tokens
+// (HF's get_vocab_size(with_added_tokens=True)).
+func (t *Tokenizer) VocabSize() int { return t.vocabSize }
+
+// TokenID returns the id of a token as written in tokenizer.json: an added
+// token's content or a (byte-level) vocabulary entry.
+func (t *Tokenizer) TokenID(token string) (int32, bool) {
+	if id, ok := t.addedByContent[token]; ok {
+		return id, true
+	}
+	if id, ok := t.oddTokens[token]; ok {
+		return id, true
+	}
+	raw, ok := byteLevelDecode(token)
+	if !ok {
+		return -1, false
+	}
+	id, ok := t.model.vocab[string(raw)]
+	if !ok || t.tokens[id] != token {
+		return -1, false
+	}
+	return id, true
+}
+
+// Token returns the token string of id and whether id exists.
+func (t *Tokenizer) Token(id int32) (string, bool) {
+	if id < 0 || int(id) >= len(t.tokens) || !t.isToken[id] {
+		return "", false
+	}
+	return t.tokens[id], true
+}
+
+// Encode returns the ids of text; see AppendEncode.
+func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+	return t.AppendEncode(make([]int32, 0, len(text)/3+4), text, addSpecial)
+}
+
+// AppendEncode appends the ids of text to dst and returns the extended slice,
+// as HF tokenizers' encode(text, add_special_tokens=addSpecial) would give.
+// Added-token strings found in text (special or not) become their ids;
+// addSpecial adds what the post-processor adds (Llama-3: BOS). Invalid UTF-8
+// is first replaced with U+FFFD as Python's and JavaScript's decoders do.
+// Once the pre-token cache is warm and the text needs no normalization,
+// AppendEncode does not allocate (beyond growing dst). Safe for concurrent use.
+func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []int32 {
+	text = toValid(text)
+	if addSpecial {
+		dst = append(dst, t.prefix...)
+	}
+	var sc *scratch
+	if t.rawTrie.empty() {
+		dst = t.appendNormalized(dst, text, &sc)
+	} else {
+		prev := 0
+		for {
+			m, ok := t.rawTrie.find(text, prev, prev)
+			if !ok {
+				break
+			}
+			if m.start > prev {
+				dst = t.appendNormalized(dst, text[prev:m.start], &sc)
+			}
+			dst = append(dst, m.tok.ID)
+			prev = m.end
+		}
+		if prev < len(text) {
+			dst = t.appendNormalized(dst, text[prev:], &sc)
+		}
+	}
+	if sc != nil {
+		t.scratch.Put(sc)
+	}
+	if addSpecial {
+		dst = append(dst, t.suffix...)
+	}
+	return dst
+}
+
+// normalize applies the normalizer to s.
+func (t *Tokenizer) normalize(s string) string {
+	for _, f := range t.norms {
+		s = f.String(s)
+		if f == norm.NFC || f == norm.NFKC {
+			s = fixComposition(s)
+		}
+	}
+	return s
+}
+
+// fixComposition undoes the one composition where golang.org/x/text and HF
+// tokenizers (the unicode-normalization-alignments crate) differ: HF leaves
+// U+11935 U+11930 (Dives Akuru, Unicode 13) decomposed, and even decomposes
+// U+11938.
+func fixComposition(s string) string {
+	const composed, decomposed = "\U00011938", "\U00011935\U00011930"
+	if strings.IndexByte(s, 0xF0) < 0 || !strings.Contains(s, composed) {
+		return s
+	}
+	return strings.ReplaceAll(s, composed, decomposed)
+}
+
+func (t *Tokenizer) appendNormalized(dst []int32, seg string, sc **scratch) []int32 {
+	seg = t.normalize(seg)
+	if t.normTrie.empty() {
+		return t.appendPreTokenized(dst, seg, sc)
+	}
+	prev := 0
+	for {
+		m, ok := t.normTrie.find(seg, prev, prev)
+		if !ok {
+			break
+		}
+		if m.start > prev {
+			dst = t.appendPreTokenized(dst, seg[prev:m.start], sc)
+		}
+		dst = append(dst, m.tok.ID)
+		prev = m.end
+	}
+	if prev < len(seg) {
+		dst = t.appendPreTokenized(dst, seg[prev:], sc)
+	}
+	return dst
+}
+
+func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc **scratch) []int32 {
+	if k := t.fastScan; k != scanNone {
+		for len(seg) > 0 {
+			n := scan(k, seg)
+			dst = t.appendPiece(dst, seg[:n], sc)
+			seg = seg[n:]
+		}
+		return dst
+	}
+	if len(t.stages) == 0 {
+		if seg == "" {
+			return dst
+		}
+		return t.appendPiece(dst, seg, sc)
+	}
+	pieces := []string{seg}
+	var next []string
+	var spans []span
+	for _, st := range t.stages {
+		next = next[:0]
+		for _, p := range pieces {
+			switch {
+			case st.prefixSpace:
+				if len(p) == 0 || p[0] != ' ' {
+					p = " " + p
+				}
+				next = append(next, p)
+			case st.re != nil:
+				spans = st.re.appendSpans(spans[:0], p)
+				for _, s := range spans {
+					next = append(next, p[s.start:s.end])
+				}
+			default:
+				for len(p) > 0 {
+					n := scan(st.scan, p)
+					next = append(next, p[:n])
+					p = p[n:]
+				}
+			}
+		}
+		pieces, next = next, pieces
+	}
+	for _, p := range pieces {
+		if p != "" {
+			dst = t.appendPiece(dst, p, sc)
+		}
+	}
+	return dst
+}
+
+// appendPiece appends the BPE ids of one pre-token.
+func (t *Tokenizer) appendPiece(dst []int32, p string, sc **scratch) []int32 {
+	m := &t.model
+	if len(p) == 1 {
+		if id := m.byteID[p[0]]; id >= 0 {
+			return append(dst, id)
+		}
+	}
+	if m.ignoreMerges {
+		if id, ok := m.vocab[p]; ok {
+			return append(dst, id)
+		}
+	}
+	if *sc == nil {
+		*sc = t.scratch.Get().(*scratch)
+	}
+	if len(p) > maxCachedLen {
+		return m.appendBPE(dst, p, *sc)
+	}
+	ids, h, ok := t.cache.get(p)
+	if ok {
+		return append(dst, ids...)
+	}
+	start := len(dst)
+	dst = m.appendBPE(dst, p, *sc)
+	t.cache.put(h, p, dst[start:])
+	return dst
+}
+
+// EncodeBatch encodes texts on threads goroutines (GOMAXPROCS when threads
+// <= 0) and returns their ids in the order of texts.
+func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) [][]int32 {
+	out := make([][]int32, len(texts))
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	const chunk = 64
+	threads = min(threads, (len(texts)+chunk-1)/chunk)
+	var next atomic.Int64
+	work := func() {
+		var buf []int32
+		for {
+			lo := int(next.Add(chunk)) - chunk
+			if lo >= len(texts) {
+				return
+			}
+			for i := lo; i < min(lo+chunk, len(texts)); i++ {
+				if cap(buf)-len(buf) < len(texts[i])+8 {
+					buf = make([]int32, 0, max(1<<16, len(texts[i])+8))
+				}
+				start := len(buf)
+				buf = t.AppendEncode(buf, texts[i], addSpecial)
+				out[i] = buf[start:len(buf):len(buf)]
+			}
+		}
+	}
+	if threads <= 1 {
+		work()
+		return out
+	}
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Go(work)
+	}
+	wg.Wait()
+	return out
+}
+
+// Decode returns the text of ids, as HF tokenizers' decode: ids that do not
+// exist are skipped, special added tokens too with skipSpecial, and invalid
+// UTF-8 (a sequence cut inside a character) becomes U+FFFD.
+func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
+	var b []byte
+	for _, id := range ids {
+		if id < 0 || int(id) >= len(t.tokens) || !t.isToken[id] {
+			continue
+		}
+		if skipSpecial && t.isSpecial[id] {
+			continue
+		}
+		if t.joinDecode {
+			if len(b) > 0 {
+				b = append(b, ' ')
+			}
+			b = append(b, t.tokens[id]...)
+			continue
+		}
+		b = append(b, t.decoded[id]...)
+	}
+	return string(appendLossy(make([]byte, 0, len(b)), b))
+}
