@@ -1,0 +1,46 @@
+"""ferry: feed PyTorch training from dataprep's mapped Arrow shards.
+
+Pure Python on numpy and torch (pyarrow is used when present, never
+required). The contract with the Go side is docs/shard-format.md.
+
+Public API:
+
+* :class:`Loader` - the direct feed: an ``IterableDataset`` yielding this
+  rank's batches as zero-copy tensor views of the mapped shard files, with
+  per-epoch reshuffle, ``state_dict()``/``load_state_dict()`` exact resume,
+  also onto a different world size.
+* :class:`DataLoader` - ``torch.utils.data.DataLoader`` over a Loader that
+  keeps the resume point exact with worker processes.
+* :func:`to_device` - ``.to(device, non_blocking=True)`` + int64 ids on the
+  device.
+* :class:`ShardSet`, :func:`read_manifest` - the validated manifest and the
+  mapped shards, for tools and tests.
+* errors: :class:`FerryError` and its subclasses.
+"""
+
+from .dist import DistInfo, resolve as resolve_dist
+from .errors import FerryError, ManifestError, MissingManifestError, MissingShardError, ShardError, StateError
+from .loader import DataLoader, Loader, to_device
+from .order import EpochOrder
+from .shards import Manifest, ShardFile, ShardSet, read_manifest
+
+__all__ = [
+    "DataLoader",
+    "DistInfo",
+    "EpochOrder",
+    "FerryError",
+    "Loader",
+    "Manifest",
+    "ManifestError",
+    "MissingManifestError",
+    "MissingShardError",
+    "ShardError",
+    "ShardFile",
+    "ShardSet",
+    "StateError",
+    "read_manifest",
+    "resolve_dist",
+    "to_device",
+]
+
+__version__ = "0.1.0"

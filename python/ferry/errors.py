@@ -1,0 +1,32 @@
+"""Exceptions raised by ferry's Python side.
+
+Every message names the file (and, where it applies, the byte offset, rank,
+record batch or field) and says what was expected and what was found, so a
+user can act on it without reading ferry's source.
+"""
+
+
+class FerryError(Exception):
+    """Base class of every error ferry raises on purpose."""
+
+
+class ManifestError(FerryError, ValueError):
+    """manifest.json is missing, unreadable or inconsistent."""
+
+
+class MissingManifestError(ManifestError, FileNotFoundError):
+    """The directory has no manifest.json: dataprep did not finish there."""
+
+
+class ShardError(FerryError, ValueError):
+    """A shard file is missing, has the wrong size or checksum, or its bytes
+    do not match what the manifest says (bad magic, offsets out of range)."""
+
+
+class MissingShardError(ShardError, FileNotFoundError):
+    """A shard file named by the manifest does not exist."""
+
+
+class StateError(FerryError, ValueError):
+    """A loader state_dict cannot be applied to this loader (other data set,
+    batch size, seed or shuffle policy)."""

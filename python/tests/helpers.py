@@ -1,0 +1,74 @@
+"""Test helpers: build shard directories with the Go tools, find tensors in
+mappings. Tests read only files inside the repository; shards are made in a
+temporary directory by the repository's own Go code."""
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def go_binary():
+    for cand in (shutil.which("go"), "/usr/local/go/bin/go"):
+        if cand and os.path.exists(cand):
+            return cand
+    raise RuntimeError("go not found on PATH or at /usr/local/go/bin/go: it builds the shard generator the tests use")
+
+
+def build_go_tool(pkg, outdir):
+    """go build ./pkg into outdir; returns the executable path. Fails loudly."""
+    exe = os.path.join(outdir, os.path.basename(pkg))
+    r = subprocess.run([go_binary(), "build", "-o", exe, "./" + pkg], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"go build ./{pkg} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
+    return exe
+
+
+class ShardMaker:
+    """Runs the synthetic shard generator (shard/internal/mkshards)."""
+
+    def __init__(self, exe, root):
+        self.exe = exe
+        self.root = root
+        self.n = 0
+
+    def __call__(self, ranks, rows, seq_len=16, mode="pad", extra=()):
+        self.n += 1
+        out = os.path.join(self.root, f"shards-{self.n}")
+        cmd = [self.exe, "-out", out, "-ranks", str(ranks), "-rows", str(rows), "-seq-len", str(seq_len),
+               "-mode", mode, *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
+        return out
+
+
+def locate(loader, t):
+    """(shard rank, byte offset in the shard file) of tensor t's first byte,
+    or None when t does not point into a mapped shard."""
+    p = t.data_ptr()
+    for f in loader.shards._files:
+        if f is not None and f.address <= p < f.address + f.size:
+            return f.rank, p - f.address
+    return None
+
+
+def read_rows(directory, manifest, rank, column, row, rows):
+    """Rows of a column read with plain file I/O (no mapping): the
+    independent reference the zero-copy views are compared with."""
+    f = manifest.files[rank]
+    out = []
+    with open(os.path.join(directory, f["path"]), "rb") as fh:
+        for b in f["batches"]:
+            lo, hi = max(row, b["row_start"]), min(row + rows, b["row_start"] + b["rows"])
+            if lo >= hi:
+                continue
+            L = manifest.seq_len
+            width = L if column != "length" else 1
+            fh.seek(b["buffers"][column]["offset"] + (lo - b["row_start"]) * width * 4)
+            out.append(np.frombuffer(fh.read((hi - lo) * width * 4), np.int32).reshape(hi - lo, width))
+    a = np.concatenate(out)
+    return a[:, 0] if column == "length" else a
