@@ -1,0 +1,170 @@
+// Command ferry-serve is the per-node feed daemon: it maps the local ranks'
+// shards of a dataprep output (fetching them from S3 first when needed) and
+// hands each training process its next batches in shared memory. See package
+// serve for the protocol.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ferryml/ferry/serve"
+)
+
+const usage = `usage: ferry-serve --data DIR|s3://BUCKET/PREFIX [flags]
+
+Serves the shards of a dataprep output to the training processes of this node
+over a Unix socket; each client (python: ferry.serve_client.ServeLoader, or
+ferry.Loader(..., serve=SOCKET)) gets a sealed shared-memory ring of batches.
+
+Examples:
+  ferry-serve --data out/alpaca --ranks 0-7 --socket /tmp/ferry.sock
+  ferry-serve --data s3://bucket/alpaca --ranks 8-15 --cache-dir /local/ferry
+
+Stops cleanly on SIGTERM (exit 0) or SIGINT (exit 130): clients get a
+"shutting down" error. Exit status: 0 ok, 1 error, 2 bad usage.
+
+Flags:
+`
+
+type config struct {
+	serve.Config
+	Socket string
+	Quiet  bool
+}
+
+func main() {
+	os.Exit(mainErr(os.Args[1:], os.Stderr))
+}
+
+func mainErr(args []string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ferry-serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var got os.Signal
+	go func() {
+		s, ok := <-sigs
+		if ok {
+			got = s
+			stop()
+		}
+	}()
+	err = run(ctx, cfg, stderr)
+	signal.Stop(sigs)
+	close(sigs)
+	if err != nil {
+		fmt.Fprintf(stderr, "ferry-serve: %v\n", err)
+		return 1
+	}
+	if got == syscall.SIGINT {
+		return 130
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("ferry-serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	defSock := os.Getenv("FERRY_SERVE_SOCKET")
+	if defSock == "" {
+		defSock = "/tmp/ferry-serve.sock"
+	}
+	fs.StringVar(&cfg.Data, "data", "", "dataprep output directory or s3:// prefix (required)")
+	fs.StringVar(&cfg.Socket, "socket", defSock, "Unix socket path to listen on (default $FERRY_SERVE_SOCKET)")
+	ranks := fs.String("ranks", "", "shards to serve, e.g. 0-7 or 0,2,4 (default: all)")
+	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "directory for shards fetched from S3 (default $TMPDIR/ferry-serve-cache)")
+	fs.BoolVar(&cfg.Verify, "verify", false, "check the SHA-256 of local shards at start")
+	fs.Int64Var(&cfg.MaxClientBytes, "max-client-bytes", 4<<30, "largest shared-memory ring one client may ask for")
+	fs.IntVar(&cfg.MaxClients, "max-clients", 1024, "most clients connected at once")
+	fs.BoolVar(&cfg.Quiet, "quiet", false, "log nothing but errors")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if cfg.Data == "" {
+		return cfg, errors.New("--data is required (see --help)")
+	}
+	var err error
+	if cfg.Ranks, err = parseRanks(*ranks); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// parseRanks parses "0-3,8,10-11".
+func parseRanks(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a || b-a > 1<<16 {
+			return nil, fmt.Errorf("--ranks: bad element %q, want N or N-M", part)
+		}
+		for r := a; r <= b; r++ {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, cfg config, stderr io.Writer) error {
+	if !cfg.Quiet {
+		cfg.Logf = func(format string, args ...any) {
+			fmt.Fprintf(stderr, "ferry-serve: "+format+"\n", args...)
+		}
+	}
+	start := time.Now()
+	srv, err := serve.NewServer(ctx, cfg.Config)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := serve.Listen(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	ds := srv.Dataset()
+	if !cfg.Quiet {
+		fmt.Fprintf(stderr, "ferry-serve: serving %s (ranks %v of %d, seq_len %d) on %s, ready in %.2fs\n",
+			cfg.Data, ds.Served(), ds.Ranks, ds.SeqLen, cfg.Socket, time.Since(start).Seconds())
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
+		return err
+	}
+	if !cfg.Quiet {
+		fmt.Fprintln(stderr, "ferry-serve: stopped")
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+// Package shm wraps the Linux system calls behind ferry's shared-memory feed:
+// anonymous sealed memory files (memfd_create + F_ADD_SEALS), eventfd
+// counters, shared mappings, and passing file descriptors over a Unix socket
+// with SCM_RIGHTS.
+//
+// Nothing here creates a name in a file system: a memfd lives exactly as long
+// as some process holds a descriptor or a mapping of it, so a crash of either
+// side can never leave a segment behind in /dev/shm.
+//
+// All functions are safe for concurrent use. Mappings returned by Map are
+// valid until Unmap; the caller owns every descriptor it receives.
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Seals applied by Memfd: the size can neither shrink nor grow, and the seal
+// set itself is frozen. A peer that maps the file can therefore never take a
+// SIGBUS from a truncation. Writes stay allowed (the daemon fills slots).
+const Seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// Memfd creates an anonymous memory file of size bytes named name (the name
+// only shows in /proc/PID/fd as "memfd:NAME"), sized and sealed with Seals.
+// The returned file is close-on-exec.
+func Memfd(name string, size int64) (*os.File, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("shm: memfd %q: size %d must be positive", name, size)
+	}
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("shm: memfd_create %q: %w", name, err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shm: memfd %q: ftruncate %d: %w", name, size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, Seals); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("shm: memfd %q: add seals: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "memfd:"+name), nil
+}
+
+// GetSeals returns the seals of a memfd (F_GET_SEALS).
+func GetSeals(f *os.File) (int, error) {
+	return unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+}
+
+// Eventfd creates a non-blocking, close-on-exec eventfd counter starting at
+// zero. Because it is non-blocking, Go's runtime poller serves reads of the
+// returned file: Read blocks the goroutine, not a thread, and Close or a
+// deadline wakes it.
+func Eventfd() (*os.File, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "eventfd"), nil
+}
+
+// Map maps size bytes of f shared and read-write.
+func Map(f *os.File, size int) ([]byte, error) {
+	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: mmap %s (%d bytes): %w", f.Name(), size, err)
+	}
+	return b, nil
+}
+
+// MapFile maps a whole regular file read-only (shared). An empty file maps to
+// an empty slice without a system call.
+func MapFile(f *os.File) ([]byte, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	if size == 0 {
+		return []byte{}, nil
+	}
+	if int64(int(size)) != size {
+		return nil, fmt.Errorf("shm: %s: %d bytes do not fit the address space", f.Name(), size)
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: mmap %s: %w", f.Name(), err)
+	}
+	return b, nil
+}
+
+// Unmap releases a mapping made by Map or MapFile.
+func Unmap(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return unix.Munmap(b)
+}
+
+// SendFds sends one message carrying msg and the descriptors fds
+// (SCM_RIGHTS) on c.
+func SendFds(c *net.UnixConn, msg []byte, fds ...*os.File) error {
+	ints := make([]int, len(fds))
+	for i, f := range fds {
+		ints[i] = int(f.Fd())
+	}
+	oob := unix.UnixRights(ints...)
+	n, oobn, err := c.WriteMsgUnix(msg, oob, nil)
+	if err != nil {
+		return err
+	}
+	if n != len(msg) || oobn != len(oob) {
+		return fmt.Errorf("shm: short write of message with descriptors (%d/%d bytes, %d/%d control)", n, len(msg), oobn, len(oob))
+	}
+	return nil
+}
+
+// ErrTruncated reports a message or its control data cut short by the kernel
+// because the receive buffer was too small.
+var ErrTruncated = errors.New("shm: message truncated")
+
+// RecvFds receives one message into buf and returns its length and any
+// descriptors passed with it (at most maxFds are accepted; extra ones are
+// closed and reported as an error).
+func RecvFds(c *net.UnixConn, buf []byte, maxFds int) (int, []*os.File, error) {
+	oob := make([]byte, unix.CmsgSpace(4*max(maxFds, 1)))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return n, nil, err
+	}
+	var files []*os.File
+	if oobn > 0 {
+		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr != nil {
+			return n, nil, fmt.Errorf("shm: control message: %w", perr)
+		}
+		for _, m := range msgs {
+			fds, ferr := unix.ParseUnixRights(&m)
+			if ferr != nil {
+				continue
+			}
+			for _, fd := range fds {
+				files = append(files, os.NewFile(uintptr(fd), "passed-fd"))
+			}
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(files) > maxFds {
+		for _, f := range files {
+			f.Close()
+		}
+		return n, nil, ErrTruncated
+	}
+	return n, files, nil
+}

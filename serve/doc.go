@@ -1,0 +1,155 @@
+// Package serve is ferry's per-node feed daemon (cmd/ferry-serve) and its
+// shared-memory protocol: one daemon maps the shards of a dataprep output
+// (fetching them from S3 first when needed) and every training process on
+// the node receives its batches, prepared ahead of time, in a private ring of
+// slots in shared memory. The trade-off against the direct loader
+// (python/ferry/loader.py, which maps the shards itself): one process owns
+// the page cache, the S3 fetch and the checks, and a client needs nothing but
+// a socket path; the price is one copy of each row into the ring.
+//
+// # Life of a client
+//
+//	client                                         daemon
+//	  connect(SOCK_SEQPACKET, path)  ───────────▶   accept
+//	  HELLO{slots, max_rows, rank, worker} ─────▶   memfd_create + ftruncate + F_ADD_SEALS,
+//	                                                 write the header page, eventfd()
+//	  ◀── WELCOME{shm_size, info JSON} + SCM_RIGHTS[memfd, eventfd]
+//	  mmap(memfd), check header + seals
+//	  FILL{slot, seq, tag, rows…} ×N ───────────▶   copy the rows into the slot,
+//	                                                 write the slot header, eventfd += 1
+//	  poll(eventfd, socket); read eventfd
+//	  use slot (tensors are views of it)
+//	  FILL{same slot, next seq…}  ──────────────▶   (sending FILL hands the slot back)
+//	  … close / exit / crash  ──────────────────▶   EOF: unmap, close: the ring is freed
+//
+// The client decides the order (epoch, shuffle, resume, world size, workers:
+// python/ferry/order.py); the daemon only gathers the rows it is told, in the
+// order the FILL messages arrive, and completes them in that order: the n-th
+// eventfd increment means the n-th FILL is done. Python needs no atomics: a
+// slot is written only between the client's FILL and the daemon's eventfd
+// write, and both are system calls (full barriers). Back-pressure is the ring
+// itself: a client has at most `slots` batches in flight or held.
+//
+// Failure handling: a dead client is an EOF on its socket; the daemon unmaps
+// and closes its ring at once, and the kernel frees the memory when the last
+// mapping goes. A dead daemon is an EOF (POLLHUP) on the client's socket,
+// which the client polls together with the eventfd, so it raises at once
+// (ErrDaemonGone; Python: ferry.serve_client.DaemonGone). On SIGTERM the
+// daemon sends every client MsgError with CodeShutdown, closes, removes its
+// socket file and exits 0. Nothing is ever named in /dev/shm: a memfd lives
+// only as long as a descriptor or a mapping of it, so no crash of either side
+// leaves shared memory behind. A socket file left by a killed daemon is
+// replaced by the next one (Listen checks that nobody answers on it).
+//
+// # Messages
+//
+// Unix SOCK_SEQPACKET: one message per datagram, little endian, at most
+// MaxMsgSize (128 KiB) bytes. Every message starts with this header:
+//
+//	offset size field
+//	     0    4 magic    "FRYS" (0x53595246)
+//	     4    2 type     1 HELLO, 2 WELCOME, 3 FILL, 4 ERROR
+//	     6    2 flags    0
+//	     8    4 length   payload bytes after the header (= datagram size − 16)
+//	    12    4 reserved 0
+//
+// HELLO (client → daemon, first message; 24-byte payload):
+//
+//	offset size field
+//	     0    4 version  1
+//	     4    4 slots    ring size, 1..1024 (batches in flight + batches held)
+//	     8    4 max_rows rows of the largest batch, 1..MaxRows (16379)
+//	    12    4 rank     int32, for the daemon's log (−1 unknown)
+//	    16    4 worker   int32 DataLoader worker id, for the log (−1 none)
+//	    20    4 reserved 0
+//
+// WELCOME (daemon → client; with SCM_RIGHTS [memfd, eventfd]):
+//
+//	offset size field
+//	     0    4 version  1
+//	     4    4 reserved 0
+//	     8    8 shm_size size of the memfd in bytes
+//	    16    4 info_len bytes of info
+//	    20    4 reserved 0
+//	    24    n info     JSON: manifest.json without files[].batches and
+//	                     template_text, plus "served_ranks": [ranks mapped]
+//
+// FILL (client → daemon; 24 + 8·rows bytes): fill slot with these rows, as
+// batch seq. Sending it returns the slot to the daemon.
+//
+//	offset size field
+//	     0    4 slot     0..slots−1
+//	     4    4 rows     1..max_rows
+//	     8    8 seq      batch sequence number, echoed in the slot header
+//	    16    8 tag      opaque, echoed in the slot header
+//	    24  8·r refs     rows × {file uint32 (shard rank), row uint32 (row in that shard)}
+//
+// ERROR (daemon → client; the daemon closes the connection after it):
+//
+//	offset size field
+//	     0    4 code     1 bad request, 2 shard not served, 3 over a limit,
+//	                     4 daemon shutting down, 5 daemon I/O error
+//	     4    4 reserved 0
+//	     8    n text     UTF-8 message for the user
+//
+// # Shared memory
+//
+// The memfd (sealed F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL: its size never
+// changes, so a mapping never faults) holds a 4096-byte header page followed
+// by `slots` slots of slot_size bytes (a multiple of 4096):
+//
+//	offset size field
+//	     0    8 magic        "FERRYSHM"
+//	     8    4 version      1
+//	    12    4 header_size  4096
+//	    16    4 slots
+//	    20    4 max_rows
+//	    24    4 seq_len
+//	    28    4 mode         0 pad, 1 pack
+//	    32    8 slot_size
+//	    40    8 slots_offset 4096 (slot i starts at 4096 + i·slot_size)
+//	    48    8 total_size   = the memfd size
+//	    56    8 reserved     0
+//	    64  128 column table, 8 entries of 16 bytes, indexed by column id:
+//	              +0 8 offset  of the column from the slot start (0 = absent)
+//	              +8 1 dtype   1 int32, 2 int64
+//	              +9 3 zero
+//	             +12 4 width   elements per row (seq_len, or 1)
+//	   192 3904 zero
+//
+// Column ids, each an array [max_rows, width] at a 64-byte aligned offset;
+// only the first `rows` rows of a filled slot are meaningful:
+//
+//	id name            dtype width   present
+//	 0 input_ids       int32 seq_len always
+//	 1 labels          int32 seq_len always
+//	 2 attention_mask  int32 seq_len pad mode (1 for j < length, else 0)
+//	 3 position_ids    int32 seq_len pack mode
+//	 4 length          int32 1       always: non-pad tokens of the row
+//	 5 sample          int64 1       always: source record of the row's first segment
+//	 6, 7              reserved (zero entries)
+//
+// Every slot starts with a 64-byte slot header, written by the daemon after
+// the rows and before the eventfd increment:
+//
+//	offset size field
+//	     0    8 seq    of the FILL that filled the slot
+//	     8    4 rows   rows in this batch
+//	    12    4 state  0 empty/being filled, 1 filled
+//	    16    8 tag    of the FILL
+//	    24   40 reserved
+//
+// testdata/protocol.golden.json pins these numbers and example encodings;
+// the Go tests and python/tests/test_serve.py both check their encoders
+// against it.
+//
+// # Concurrency and limits
+//
+// A Server serves clients concurrently, one goroutine each; a Dataset is
+// read-only after OpenDataset and shared by all of them. A Client is for one
+// goroutine (Close may be called from another). The daemon bounds each ring
+// (Config.MaxClientBytes, default 4 GiB), the number of clients
+// (Config.MaxClients) and every count read from a message or header
+// (MaxSlots, MaxRows, MaxMsgSize) before using it. Slices into a ring or a
+// mapped shard are valid until the Client, Server or Dataset is closed.
+package serve

@@ -1,0 +1,150 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/protocol.golden.json")
+
+const goldenPath = "testdata/protocol.golden.json"
+
+// goldenDoc builds the protocol description pinned by the golden file from
+// the code: constants, the layouts of two canonical rings and example
+// encodings of every message.
+func goldenDoc(t *testing.T) map[string]any {
+	layout := func(slots, maxRows, seqLen, mode uint32) map[string]any {
+		l, err := NewLayout(slots, maxRows, seqLen, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols := []map[string]any{}
+		for i, c := range l.Columns {
+			cols = append(cols, map[string]any{"id": i, "name": ColumnNames[i], "offset": c.Offset, "dtype": c.DType, "width": c.Width})
+		}
+		hdr := l.AppendHeader(nil)
+		if len(hdr) != ShmHeaderSize {
+			t.Fatalf("header is %d bytes", len(hdr))
+		}
+		if !bytes.Equal(hdr[192:], make([]byte, ShmHeaderSize-192)) {
+			t.Fatal("header bytes 192.. not zero")
+		}
+		slot := make([]byte, SlotHeaderSize)
+		PutSlotHeader(slot, SlotHeader{Seq: 7, Rows: maxRows, State: SlotFilled, Tag: 0x0102030405060708})
+		return map[string]any{
+			"params":          map[string]any{"slots": slots, "max_rows": maxRows, "seq_len": seqLen, "mode": mode},
+			"slot_size":       l.SlotSize,
+			"total_size":      l.TotalSize(),
+			"columns":         cols,
+			"header_hex":      hex.EncodeToString(hdr[:192]),
+			"slot_header":     map[string]any{"seq": 7, "rows": maxRows, "state": SlotFilled, "tag": uint64(0x0102030405060708)},
+			"slot_header_hex": hex.EncodeToString(slot),
+		}
+	}
+	refs := []RowRef{{File: 1, Row: 10}, {File: 3, Row: 0xfffffffe}}
+	return map[string]any{
+		"version":                 Version,
+		"msg_magic":               MsgMagic,
+		"msg_header_size":         MsgHeaderSize,
+		"max_msg_size":            MaxMsgSize,
+		"max_rows":                MaxRows,
+		"max_slots":               MaxSlots,
+		"shm_magic":               ShmMagic,
+		"shm_header_size":         ShmHeaderSize,
+		"shm_column_table_offset": ShmColumnTableOffset,
+		"shm_column_entry_size":   ShmColumnEntrySize,
+		"slot_header_size":        SlotHeaderSize,
+		"slot_align":              SlotAlign,
+		"column_align":            ColumnAlign,
+		"msg_types":               map[string]any{"hello": MsgHello, "welcome": MsgWelcome, "fill": MsgFill, "error": MsgError},
+		"error_codes": map[string]any{"bad_request": CodeBadRequest, "not_served": CodeNotServed, "limit": CodeLimit,
+			"shutdown": CodeShutdown, "io": CodeIO},
+		"dtypes":  map[string]any{"int32": DTypeInt32, "int64": DTypeInt64},
+		"columns": ColumnNames,
+		"messages": map[string]any{
+			"hello": map[string]any{"fields": map[string]any{"version": 1, "slots": 4, "max_rows": 8, "rank": 3, "worker": -1},
+				"hex": hex.EncodeToString(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}))},
+			"welcome": map[string]any{"fields": map[string]any{"version": 1, "shm_size": 20480, "info": `{"ranks":2}`},
+				"hex": hex.EncodeToString(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))},
+			"fill": map[string]any{"fields": map[string]any{"slot": 2, "seq": 9, "tag": 5, "refs": [][2]uint32{{1, 10}, {3, 0xfffffffe}}},
+				"hex": hex.EncodeToString(AppendFill(nil, 2, 9, 5, refs))},
+			"error": map[string]any{"fields": map[string]any{"code": CodeShutdown, "text": "ferry-serve is shutting down"},
+				"hex": hex.EncodeToString(AppendError(nil, CodeShutdown, "ferry-serve is shutting down"))},
+		},
+		"layouts": map[string]any{
+			"pad":  layout(3, 4, 8, ModePad),
+			"pack": layout(2, 5, 1024, ModePack),
+		},
+	}
+}
+
+func TestProtocolGolden(t *testing.T) {
+	got, err := json.MarshalIndent(goldenDoc(t), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	if *update {
+		if err := os.WriteFile(goldenPath, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(goldenPath)
+	if err != nil {
+		t.Fatalf("%v (run go test ./serve -run Golden -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("protocol changed: %s differs from the code; if intended, bump Version, run -update and update the Python client\ngot:\n%s", goldenPath, got)
+	}
+	// The golden encodings must also decode back to their fields.
+	var doc struct {
+		Messages map[string]struct {
+			Hex string `json:"hex"`
+		} `json:"messages"`
+		Layouts map[string]struct {
+			HeaderHex  string `json:"header_hex"`
+			TotalSize  uint64 `json:"total_size"`
+			SlotHeader string `json:"slot_header_hex"`
+		} `json:"layouts"`
+	}
+	if err := json.Unmarshal(want, &doc); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(name string, typ uint16) []byte {
+		b, _ := hex.DecodeString(doc.Messages[name].Hex)
+		h, p, err := ParseMsg(b)
+		if err != nil || h.Type != typ {
+			t.Fatalf("%s: %v, type %d", name, err, h.Type)
+		}
+		return p
+	}
+	if h, err := ParseHello(msg("hello", MsgHello)); err != nil || h != (Hello{1, 4, 8, 3, -1}) {
+		t.Errorf("hello: %+v %v", h, err)
+	}
+	if w, err := ParseWelcome(msg("welcome", MsgWelcome)); err != nil || w.ShmSize != 20480 || string(w.Info) != `{"ranks":2}` {
+		t.Errorf("welcome: %+v %v", w, err)
+	}
+	var f Fill
+	if err := ParseFill(msg("fill", MsgFill), &f); err != nil || f.Slot != 2 || f.Seq != 9 || f.Tag != 5 || len(f.Refs) != 2 || f.Refs[1] != (RowRef{3, 0xfffffffe}) {
+		t.Errorf("fill: %+v %v", f, err)
+	}
+	if c, text, err := ParseError(msg("error", MsgError)); err != nil || c != CodeShutdown || text != "ferry-serve is shutting down" {
+		t.Errorf("error: %d %q %v", c, text, err)
+	}
+	for name, l := range doc.Layouts {
+		b, _ := hex.DecodeString(l.HeaderHex)
+		page := make([]byte, ShmHeaderSize)
+		copy(page, b)
+		if _, err := ParseHeader(page, l.TotalSize); err != nil {
+			t.Errorf("layout %s: %v", name, err)
+		}
+		sh, _ := hex.DecodeString(l.SlotHeader)
+		if h := ReadSlotHeader(sh); h.Seq != 7 || h.State != SlotFilled || h.Tag != 0x0102030405060708 {
+			t.Errorf("layout %s: slot header %+v", name, h)
+		}
+	}
+}

@@ -1,0 +1,300 @@
+package serve
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Protocol constants. The layout they describe is drawn in doc.go and pinned
+// by testdata/protocol.golden.json, which the Python client's tests read too.
+const (
+	// Version is the protocol and shared-memory layout version.
+	Version = 1
+
+	// MsgMagic starts every socket message: "FRYS" in little-endian byte order.
+	MsgMagic uint32 = 'F' | 'R'<<8 | 'Y'<<16 | 'S'<<24
+	// MsgHeaderSize is the size of the fixed message header.
+	MsgHeaderSize = 16
+	// MaxMsgSize bounds every message (header + payload) in either direction.
+	MaxMsgSize = 128 << 10
+
+	// ShmMagic starts the shared-memory header.
+	ShmMagic = "FERRYSHM"
+	// ShmHeaderSize is the size of the header page; slots start after it.
+	ShmHeaderSize = 4096
+	// ShmColumnTableOffset is where the column table starts in the header.
+	ShmColumnTableOffset = 64
+	// ShmColumnEntrySize is the size of one column table entry.
+	ShmColumnEntrySize = 16
+	// SlotHeaderSize is the size of the header at the start of every slot.
+	SlotHeaderSize = 64
+	// SlotAlign is the alignment of slots and of every column inside a slot.
+	SlotAlign = 4096
+	// ColumnAlign is the alignment of every column inside a slot.
+	ColumnAlign = 64
+
+	// RowRefSize is the size of one row reference in a FILL message.
+	RowRefSize = 8
+	// MaxRows is the largest max_rows a client may ask for: the FILL message
+	// of a full batch must fit MaxMsgSize.
+	MaxRows = (MaxMsgSize - MsgHeaderSize - fillFixed) / RowRefSize
+	// MaxSlots is the largest number of slots a client may ask for.
+	MaxSlots = 1024
+)
+
+// Message types.
+const (
+	MsgHello   uint16 = 1 // client → daemon: ask for a ring
+	MsgWelcome uint16 = 2 // daemon → client: ring ready; carries memfd + eventfd
+	MsgFill    uint16 = 3 // client → daemon: fill slot with these rows (releases the slot)
+	MsgError   uint16 = 4 // daemon → client: fatal error; the daemon closes the connection after it
+)
+
+// Error codes carried by MsgError.
+const (
+	CodeBadRequest uint32 = 1 // malformed or out-of-order message
+	CodeNotServed  uint32 = 2 // a row of a shard this daemon does not serve
+	CodeLimit      uint32 = 3 // slots, rows or memory over the daemon's limits
+	CodeShutdown   uint32 = 4 // the daemon is shutting down (SIGTERM)
+	CodeIO         uint32 = 5 // the daemon failed to read its data
+)
+
+// Column IDs: the index of a column's entry in the shared-memory column table.
+const (
+	ColInputIDs      = 0 // int32 [max_rows, seq_len]
+	ColLabels        = 1 // int32 [max_rows, seq_len]
+	ColAttentionMask = 2 // int32 [max_rows, seq_len], pad mode only: 1 for j < length
+	ColPositionIDs   = 3 // int32 [max_rows, seq_len], pack mode only
+	ColLength        = 4 // int32 [max_rows]
+	ColSample        = 5 // int64 [max_rows]: sample of the row's first segment
+	NumColumns       = 8 // table size; IDs 6 and 7 are reserved (zero entries)
+)
+
+// Data types in the column table.
+const (
+	DTypeNone  uint8 = 0
+	DTypeInt32 uint8 = 1
+	DTypeInt64 uint8 = 2
+)
+
+// ColumnNames are the batch-dict keys of the column IDs, "" for reserved IDs.
+var ColumnNames = [NumColumns]string{"input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "", ""}
+
+// Modes in the shared-memory header.
+const (
+	ModePad  uint32 = 0
+	ModePack uint32 = 1
+)
+
+// Slot states in the slot header.
+const (
+	SlotEmpty  uint32 = 0
+	SlotFilled uint32 = 1
+)
+
+// Protocol errors, matched with errors.Is.
+var (
+	// ErrProtocol marks a malformed message or shared-memory header.
+	ErrProtocol = errors.New("serve: protocol error")
+	// ErrDaemonGone reports that the daemon closed the connection.
+	ErrDaemonGone = errors.New("serve: daemon closed the connection")
+	// ErrRemote wraps an error reported by the daemon with MsgError.
+	ErrRemote = errors.New("serve: daemon error")
+	// ErrLimit reports a request over a documented limit.
+	ErrLimit = errors.New("serve: over limit")
+	// ErrClosed reports use of a closed client or server.
+	ErrClosed = errors.New("serve: closed")
+)
+
+var le = binary.LittleEndian
+
+// MsgHeader is the fixed 16-byte header of every message.
+type MsgHeader struct {
+	Type   uint16
+	Flags  uint16
+	Length uint32 // payload bytes after the header
+}
+
+// AppendMsgHeader appends an encoded header to dst.
+func AppendMsgHeader(dst []byte, typ uint16, payloadLen int) []byte {
+	dst = le.AppendUint32(dst, MsgMagic)
+	dst = le.AppendUint16(dst, typ)
+	dst = le.AppendUint16(dst, 0)
+	dst = le.AppendUint32(dst, uint32(payloadLen))
+	dst = le.AppendUint32(dst, 0)
+	return dst
+}
+
+// ParseMsg checks the header of one received message and returns it with
+// its payload (aliasing msg).
+func ParseMsg(msg []byte) (MsgHeader, []byte, error) {
+	if len(msg) < MsgHeaderSize {
+		return MsgHeader{}, nil, fmt.Errorf("%w: message of %d bytes, want at least %d", ErrProtocol, len(msg), MsgHeaderSize)
+	}
+	if m := le.Uint32(msg); m != MsgMagic {
+		return MsgHeader{}, nil, fmt.Errorf("%w: message magic %#08x at byte 0, want %#08x", ErrProtocol, m, MsgMagic)
+	}
+	h := MsgHeader{Type: le.Uint16(msg[4:]), Flags: le.Uint16(msg[6:]), Length: le.Uint32(msg[8:])}
+	if h.Flags != 0 || le.Uint32(msg[12:]) != 0 {
+		return h, nil, fmt.Errorf("%w: message type %d: reserved header bytes 6..7 or 12..15 not zero", ErrProtocol, h.Type)
+	}
+	if int64(h.Length) != int64(len(msg)-MsgHeaderSize) {
+		return h, nil, fmt.Errorf("%w: message type %d: header says %d payload bytes, message has %d", ErrProtocol, h.Type, h.Length, len(msg)-MsgHeaderSize)
+	}
+	return h, msg[MsgHeaderSize:], nil
+}
+
+// Hello is the client's first message.
+type Hello struct {
+	Version uint32
+	Slots   uint32 // ring size: batches prepared ahead + batches held
+	MaxRows uint32 // rows of the largest batch the client will ask for
+	Rank    int32  // for the daemon's log only; -1 unknown
+	Worker  int32  // DataLoader worker id, for the log only; -1 none
+}
+
+const helloSize = 24
+
+// AppendHello appends an encoded MsgHello to dst.
+func AppendHello(dst []byte, h Hello) []byte {
+	dst = AppendMsgHeader(dst, MsgHello, helloSize)
+	dst = le.AppendUint32(dst, h.Version)
+	dst = le.AppendUint32(dst, h.Slots)
+	dst = le.AppendUint32(dst, h.MaxRows)
+	dst = le.AppendUint32(dst, uint32(h.Rank))
+	dst = le.AppendUint32(dst, uint32(h.Worker))
+	dst = le.AppendUint32(dst, 0)
+	return dst
+}
+
+// ParseHello decodes a MsgHello payload.
+func ParseHello(p []byte) (Hello, error) {
+	if len(p) != helloSize {
+		return Hello{}, fmt.Errorf("%w: HELLO payload is %d bytes, want %d", ErrProtocol, len(p), helloSize)
+	}
+	h := Hello{Version: le.Uint32(p), Slots: le.Uint32(p[4:]), MaxRows: le.Uint32(p[8:]),
+		Rank: int32(le.Uint32(p[12:])), Worker: int32(le.Uint32(p[16:]))}
+	if h.Version != Version {
+		return h, fmt.Errorf("%w: HELLO version %d, this daemon speaks %d", ErrProtocol, h.Version, Version)
+	}
+	if le.Uint32(p[20:]) != 0 {
+		return h, fmt.Errorf("%w: HELLO reserved bytes 20..23 not zero", ErrProtocol)
+	}
+	if h.Slots < 1 || h.Slots > MaxSlots {
+		return h, fmt.Errorf("%w: HELLO slots %d, want 1..%d", ErrLimit, h.Slots, MaxSlots)
+	}
+	if h.MaxRows < 1 || h.MaxRows > MaxRows {
+		return h, fmt.Errorf("%w: HELLO max_rows %d, want 1..%d", ErrLimit, h.MaxRows, MaxRows)
+	}
+	return h, nil
+}
+
+// Welcome is the daemon's answer to Hello. It travels with two descriptors
+// (SCM_RIGHTS): the sealed memfd holding the ring, then the ready eventfd.
+type Welcome struct {
+	Version uint32
+	ShmSize uint64
+	Info    []byte // JSON: the manifest without per-batch buffers, plus "served_ranks"
+}
+
+const welcomeFixed = 24
+
+// AppendWelcome appends an encoded MsgWelcome to dst.
+func AppendWelcome(dst []byte, w Welcome) []byte {
+	dst = AppendMsgHeader(dst, MsgWelcome, welcomeFixed+len(w.Info))
+	dst = le.AppendUint32(dst, w.Version)
+	dst = le.AppendUint32(dst, 0)
+	dst = le.AppendUint64(dst, w.ShmSize)
+	dst = le.AppendUint32(dst, uint32(len(w.Info)))
+	dst = le.AppendUint32(dst, 0)
+	return append(dst, w.Info...)
+}
+
+// ParseWelcome decodes a MsgWelcome payload; Info aliases p.
+func ParseWelcome(p []byte) (Welcome, error) {
+	if len(p) < welcomeFixed {
+		return Welcome{}, fmt.Errorf("%w: WELCOME payload is %d bytes, want at least %d", ErrProtocol, len(p), welcomeFixed)
+	}
+	w := Welcome{Version: le.Uint32(p), ShmSize: le.Uint64(p[8:])}
+	n := le.Uint32(p[16:])
+	if w.Version != Version {
+		return w, fmt.Errorf("%w: WELCOME version %d, this client speaks %d", ErrProtocol, w.Version, Version)
+	}
+	if int64(n) != int64(len(p)-welcomeFixed) {
+		return w, fmt.Errorf("%w: WELCOME info length %d at byte 16, payload holds %d", ErrProtocol, n, len(p)-welcomeFixed)
+	}
+	w.Info = p[welcomeFixed:]
+	return w, nil
+}
+
+// RowRef names one row of the dataset: row Row of shard file File (the file's
+// rank in the manifest). Global position p is File = p % ranks, Row = p / ranks.
+type RowRef struct {
+	File uint32
+	Row  uint32
+}
+
+// Fill asks the daemon to fill Slot with the rows Refs, in order, as batch Seq.
+// Sending it hands the slot back to the daemon: the client must no longer
+// read the slot's previous batch.
+type Fill struct {
+	Slot uint32
+	Seq  uint64 // batch sequence number, echoed in the slot header
+	Tag  uint64 // opaque to the daemon, echoed in the slot header
+	Refs []RowRef
+}
+
+const fillFixed = 24
+
+// AppendFill appends an encoded MsgFill to dst. It does not allocate when dst
+// has room.
+func AppendFill(dst []byte, slot uint32, seq, tag uint64, refs []RowRef) []byte {
+	dst = AppendMsgHeader(dst, MsgFill, fillFixed+RowRefSize*len(refs))
+	dst = le.AppendUint32(dst, slot)
+	dst = le.AppendUint32(dst, uint32(len(refs)))
+	dst = le.AppendUint64(dst, seq)
+	dst = le.AppendUint64(dst, tag)
+	for _, r := range refs {
+		dst = le.AppendUint32(dst, r.File)
+		dst = le.AppendUint32(dst, r.Row)
+	}
+	return dst
+}
+
+// ParseFill decodes a MsgFill payload, appending its row references to
+// f.Refs[:0] so that a reused Fill does not allocate.
+func ParseFill(p []byte, f *Fill) error {
+	if len(p) < fillFixed {
+		return fmt.Errorf("%w: FILL payload is %d bytes, want at least %d", ErrProtocol, len(p), fillFixed)
+	}
+	f.Slot = le.Uint32(p)
+	n := le.Uint32(p[4:])
+	f.Seq = le.Uint64(p[8:])
+	f.Tag = le.Uint64(p[16:])
+	if int64(n)*RowRefSize != int64(len(p)-fillFixed) {
+		return fmt.Errorf("%w: FILL of %d rows (byte 4) needs %d payload bytes, has %d", ErrProtocol, n, fillFixed+int64(n)*RowRefSize, len(p))
+	}
+	refs := f.Refs[:0]
+	for q := p[fillFixed:]; len(q) >= RowRefSize; q = q[RowRefSize:] {
+		refs = append(refs, RowRef{File: le.Uint32(q), Row: le.Uint32(q[4:])})
+	}
+	f.Refs = refs
+	return nil
+}
+
+// AppendError appends an encoded MsgError to dst.
+func AppendError(dst []byte, code uint32, text string) []byte {
+	dst = AppendMsgHeader(dst, MsgError, 8+len(text))
+	dst = le.AppendUint32(dst, code)
+	dst = le.AppendUint32(dst, 0)
+	return append(dst, text...)
+}
+
+// ParseError decodes a MsgError payload.
+func ParseError(p []byte) (code uint32, text string, err error) {
+	if len(p) < 8 {
+		return 0, "", fmt.Errorf("%w: ERROR payload is %d bytes, want at least 8", ErrProtocol, len(p))
+	}
+	return le.Uint32(p), string(p[8:]), nil
+}
