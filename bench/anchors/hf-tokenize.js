@@ -170,7 +170,7 @@ async function main() {
   }
 
   let out = null
-  if (o.out === '-') out = fs.createWriteStream(null, { fd: 1 })
+  if (o.out === '-') out = fs.createWriteStream(null, { fd: 1, autoClose: false })
   else if (o.out !== 'none') out = fs.createWriteStream(o.out)
   let tokens = 0, encodeS = 0
   for (let i = 0; i < texts.length; i += o.batch) {

@@ -35,6 +35,10 @@ type Job struct {
 	Name   string // short, unique: "tokenize qwen2.5 alpaca 1T"
 	Group  string // tokenizer, dataprep, feed, ckptmerge, storage
 	Metric Metric
+	// Extra metrics are summarized from the same runs when both sides
+	// report them (e.g. the encode throughput each side measures inside
+	// its process next to the job's wall time). They never fail a job.
+	Extra  []Metric
 	Ferry  Side
 	Anchor Side
 	// Unavailable, when set, says why the job cannot run (a program that
@@ -76,7 +80,16 @@ type JobResult struct {
 	Ratio    Summary    `json:"ratio"`
 	Ratios   []float64  `json:"ratios,omitempty"`
 	Check    string     `json:"check,omitempty"`
+	Extra    []Extra    `json:"extra,omitempty"`
 	ElapsedS float64    `json:"elapsed_s"`
+}
+
+// Extra is a secondary metric of a job, from the same runs.
+type Extra struct {
+	Metric Metric  `json:"metric"`
+	Ferry  Summary `json:"ferry"`
+	Anchor Summary `json:"anchor"`
+	Ratio  Summary `json:"ratio"`
 }
 
 // Options control how a job is run.
@@ -195,8 +208,50 @@ func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
 	if r.Ratio, err = Summarize(r.Ratios); err != nil {
 		return fail(err)
 	}
+	r.Extra = extras(j, r.Ferry.Samples, r.Anchor.Samples)
 	r.Status = StatusOK
 	return r, nil
+}
+
+// extras summarizes the job's extra metrics that both sides reported in
+// every measured run.
+func extras(j Job, fs, as []Sample) []Extra {
+	if j.Anchor.SameRun {
+		as = fs
+	}
+	var out []Extra
+	for _, m := range j.Extra {
+		var fv, av []float64
+		for i := range fs {
+			f, okF := fs[i].Metric(m.Name)
+			a, okA := as[i].Metric(m.Name)
+			if !okF || !okA {
+				fv = nil
+				break
+			}
+			fv, av = append(fv, f), append(av, a)
+		}
+		if fv == nil {
+			continue
+		}
+		x := Extra{Metric: m}
+		var err error
+		if x.Ferry, err = Summarize(fv); err != nil {
+			continue
+		}
+		if x.Anchor, err = Summarize(av); err != nil {
+			continue
+		}
+		ratios, err := PairRatios(fv, av, m.HigherIsBetter)
+		if err != nil {
+			continue
+		}
+		if x.Ratio, err = Summarize(ratios); err != nil {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // ErrNoMetric is returned when a run did not report the job's metric.

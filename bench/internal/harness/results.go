@@ -133,6 +133,13 @@ func rows(r *Results) []row {
 			x.ratio = j.Status + ": " + firstLine(j.Reason)
 		}
 		out = append(out, x)
+		for _, e := range j.Extra {
+			out = append(out, row{
+				job:   "  └ " + e.Metric.Name,
+				ferry: FormatValue(e.Ferry.Median, e.Metric.Unit), anchor: FormatValue(e.Anchor.Median, e.Metric.Unit),
+				ratio: FormatRatio(e.Ratio), rssF: "", rssA: "",
+			})
+		}
 	}
 	return out
 }
@@ -141,7 +148,7 @@ func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	const max = 160
+	const max = 100
 	if len(s) > max {
 		s = s[:max] + "…"
 	}
@@ -213,6 +220,11 @@ func (r *Results) WriteMarkdown(w io.Writer, chartPath string) error {
 				FormatRatio(j.Ratio), j.Pairs, ratioList(j.Ratios))
 		default:
 			fmt.Fprintf(&b, "- **%s**: %s\n", j.Status, md(strings.TrimSpace(j.Reason)))
+		}
+		for _, e := range j.Extra {
+			fmt.Fprintf(&b, "- also `%s` (%s, %s is better, measured inside each process): ferry %s, anchor %s, speed-up %s\n",
+				e.Metric.Name, e.Metric.Unit, betterWord(e.Metric), FormatValue(e.Ferry.Median, e.Metric.Unit),
+				FormatValue(e.Anchor.Median, e.Metric.Unit), FormatRatio(e.Ratio))
 		}
 		if j.Check != "" {
 			fmt.Fprintf(&b, "- check: %s\n", md(j.Check))

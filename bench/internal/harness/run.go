@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -184,12 +183,4 @@ func indent(b []byte) string {
 		return "    (no stderr)"
 	}
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
-}
-
-// WorkPath joins elem under dir, creating dir when missing.
-func WorkPath(dir string, elem ...string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	return filepath.Join(append([]string{dir}, elem...)...), nil
 }

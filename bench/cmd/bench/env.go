@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ferryml/ferry/bench/internal/harness"
+)
+
+// env is what the jobs need to know about the machine: where things are,
+// which tools exist, and the ferry binaries built from this tree.
+type env struct {
+	ctx   context.Context
+	c     *config
+	logf  func(string, ...any)
+	bin   string            // built ferry binaries
+	built map[string]string // cmd name → binary path, or "" when the build failed
+	why   map[string]string // cmd name → why it is not available
+	tools map[string]string // tool → version ("" = missing)
+}
+
+func newEnv(ctx context.Context, c *config, logf func(string, ...any)) *env {
+	e := &env{ctx: ctx, c: c, logf: logf, bin: filepath.Join(c.work, "bin"),
+		built: map[string]string{}, why: map[string]string{}, tools: map[string]string{}}
+	e.tools["node"] = firstLine(e.output("node", "--version"))
+	e.tools["tokenizers (npm)"] = npmVersion(filepath.Join(c.nodeModules, "tokenizers"))
+	e.tools["python"] = firstLine(e.output(c.python, "--version"))
+	e.tools["torch"] = firstLine(e.output(c.python, "-c", "import torch; print(torch.__version__)"))
+	e.tools["numpy"] = firstLine(e.output(c.python, "-c", "import numpy; print(numpy.__version__)"))
+	e.tools["cp"] = firstLine(e.output("cp", "--version"))
+	e.tools["versitygw"] = versitygwVersion(e)
+	return e
+}
+
+// output runs a short command and returns its stdout, or "" when it fails.
+func (e *env) output(name string, args ...string) string {
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func npmVersion(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return ""
+	}
+	var p struct{ Version string }
+	if json.Unmarshal(b, &p) != nil {
+		return ""
+	}
+	return p.Version
+}
+
+func versitygwVersion(e *env) string {
+	path := lookTool("versitygw")
+	if path == "" {
+		return ""
+	}
+	v := e.output(path, "--version")
+	if v == "" {
+		return "present (" + path + ")"
+	}
+	return strings.Join(strings.Fields(v), " ")
+}
+
+// lookTool finds a program on PATH or in $(go env GOPATH)/bin, where
+// scripts/setup-test-deps installs versitygw.
+func lookTool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		gopath = filepath.Join(homeDir(), "go")
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		gopath = strings.TrimSpace(string(out))
+	}
+	p := filepath.Join(gopath, "bin", name)
+	if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+		return p
+	}
+	return ""
+}
+
+// goBuild builds ./PKG from this tree into the work dir once and returns the
+// binary, or "" and the reason when it cannot be built. Building here (not
+// trusting bin/) makes sure the benchmark measures the code in the tree.
+func (e *env) goBuild(pkg string) (string, string) {
+	if p, ok := e.built[pkg]; ok {
+		return p, e.why[pkg]
+	}
+	name := filepath.Base(pkg)
+	if e.c.binDir != "" {
+		p := filepath.Join(e.c.binDir, name)
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			e.built[pkg], e.why[pkg] = "", fmt.Sprintf("%s does not exist (-bin %s)", p, e.c.binDir)
+			return "", e.why[pkg]
+		}
+		e.built[pkg] = p
+		return p, ""
+	}
+	out := filepath.Join(e.bin, name)
+	if _, err := os.Stat(filepath.Join(pkg)); err != nil {
+		e.built[pkg], e.why[pkg] = "", fmt.Sprintf("./%s does not exist yet", pkg)
+		return "", e.why[pkg]
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Minute)
+	defer cancel()
+	e.logf("go build ./%s", pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./"+pkg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		e.built[pkg], e.why[pkg] = "", fmt.Sprintf("go build ./%s failed: %s", pkg, oneLine(msg, 200))
+		return "", e.why[pkg]
+	}
+	e.built[pkg] = out
+	return out, ""
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+// helpText returns what `prog args... --help` prints (stdout and stderr).
+func (e *env) helpText(prog string, args ...string) string {
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, prog, append(args, "--help")...).CombinedOutput()
+	return string(out)
+}
+
+// nodeTokenizers says why the HF tokenizers anchor cannot run, or "".
+func (e *env) nodeTokenizers() string {
+	if e.tools["node"] == "" {
+		return "node is not installed (FERRY_BENCH_DEPS=1 scripts/setup-test-deps installs it)"
+	}
+	if e.tools["tokenizers (npm)"] == "" {
+		return fmt.Sprintf("npm tokenizers is not in %s (FERRY_BENCH_DEPS=1 scripts/setup-test-deps installs it)", e.c.nodeModules)
+	}
+	return ""
+}
+
+// torch says why the PyTorch anchors cannot run, or "".
+func (e *env) torch() string {
+	if e.tools["torch"] == "" {
+		return e.c.python + " cannot import torch (scripts/setup-test-deps installs Debian's python3-torch)"
+	}
+	return ""
+}
+
+func (e *env) machine() harness.Machine {
+	host, _ := os.Hostname()
+	m := harness.Machine{
+		Host: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(),
+		CPUModel: cpuModel(), MemTotalBytes: memTotal(), Go: runtime.Version(),
+		Tools: map[string]string{}, LoadAvgStart: loadAvg(),
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	for k, v := range e.tools {
+		if v == "" {
+			v = "missing"
+		}
+		m.Tools[k] = v
+	}
+	m.GitCommit = e.output("git", "rev-parse", "--short=12", "HEAD")
+	if m.GitCommit != "" && e.output("git", "status", "--porcelain", "--untracked-files=no") != "" {
+		m.GitCommit += "+dirty"
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if n, _ := fmt.Sscanf(line, "MemTotal: %d kB", &kb); n == 1 {
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ferryml/ferry/bench/internal/harness"
+)
+
+const hfTokenizeJS = "bench/anchors/hf-tokenize.js"
+
+// buildJobs defines every job for the mode, preparing its inputs. A job
+// that cannot run says why in Unavailable. It also returns one line per
+// input for the report.
+func buildJobs(e *env) ([]harness.Job, []string) {
+	var jobs []harness.Job
+	var inputs []string
+	add := func(js []harness.Job, in []string) {
+		jobs = append(jobs, js...)
+		inputs = append(inputs, in...)
+	}
+	add(tokenizerJobs(e))
+	add(dataprepJobs(e))
+	add(feedJobs(e))
+	add(ckptJobs(e))
+	add(storageJobs(e))
+	return jobs, inputs
+}
+
+// threadCounts is 1 and all threads (once when the machine has one CPU).
+func (e *env) threadCounts() []int {
+	if e.c.threads == 1 {
+		return []int{1}
+	}
+	return []int{1, e.c.threads}
+}
+
+func (e *env) outPath(slug, side string) string {
+	dir := filepath.Join(e.c.work, "out")
+	os.MkdirAll(dir, 0o755)
+	return filepath.Join(dir, slug+"."+side+".out")
+}
+
+func slugify(s string) string {
+	return strings.Trim(regexp.MustCompile(`[^a-z0-9.]+`).ReplaceAllString(strings.ToLower(s), "-"), "-")
+}
+
+// flagRE matches a flag in --help output, as Go's flag package (-name)
+// or GNU style (--name) prints it.
+func hasFlag(help, name string) bool {
+	return regexp.MustCompile(`(^|[\s,\[|])--?` + regexp.QuoteMeta(name) + `($|[\s=,\]|])`).MatchString(help)
+}
+
+func requireFlags(help, prog string, names ...string) string {
+	var miss []string
+	for _, n := range names {
+		if !hasFlag(help, n) {
+			miss = append(miss, "--"+n)
+		}
+	}
+	if len(miss) > 0 {
+		return fmt.Sprintf("%s has no %s flag yet", prog, strings.Join(miss, ", "))
+	}
+	return ""
+}
+
+func (e *env) nodeEnv(threads int) []string {
+	return []string{"NODE_PATH=" + e.c.nodeModules, "RAYON_NUM_THREADS=" + strconv.Itoa(threads)}
+}
+
+func unavailable(jobs []harness.Job, why string) []harness.Job {
+	for i := range jobs {
+		if jobs[i].Unavailable == "" {
+			jobs[i].Unavailable = why
+		}
+	}
+	return jobs
+}
+
+// tokenizerJobs: `dataprep tokenize` vs HF tokenizers (node), for both seed
+// tokenizers, 1 and all threads, on Alpaca prompts and the hard corpus.
+// The metric is the wall time of the whole process: start, tokenizer load,
+// reading JSONL texts, encoding, writing JSONL IDs — the same work on both
+// sides, checked to give identical IDs.
+func tokenizerJobs(e *env) ([]harness.Job, []string) {
+	var jobs []harness.Job
+	var inputs []string
+	why := e.nodeTokenizers()
+	dataprep, whyBin := e.goBuild("cmd/dataprep")
+	benchLine := false
+	if whyBin == "" {
+		help := e.helpText(dataprep, "tokenize")
+		benchLine = hasFlag(help, "bench-line")
+		if !strings.Contains(help, "tokenizer") {
+			whyBin = "bin/dataprep has no tokenize subcommand yet"
+		} else {
+			whyBin = requireFlags(help, "dataprep tokenize", "tokenizer", "threads")
+		}
+	}
+	if why == "" {
+		why = whyBin
+	}
+	src, err := e.alpaca()
+	if err != nil && why == "" {
+		why = "alpaca input: " + err.Error()
+	}
+	minBytes := int64(0) // quick: the sample once (~0.84 MB)
+	if e.c.mode == "full" && e.c.alpaca == "" {
+		minBytes = 20e6
+	}
+	corpusMax := int64(1 << 20) // quick: the first 1 MiB of the corpus
+	if e.c.mode == "full" {
+		corpusMax = 0
+	}
+	type input struct {
+		name string
+		path map[string]string // per tokenizer
+	}
+	var ins []input
+	alp := input{name: "alpaca", path: map[string]string{}}
+	for _, t := range seedTokenizers {
+		if src == nil {
+			break
+		}
+		p, n, b, err := e.writeTexts(fmt.Sprintf("alpaca-%s-%s.jsonl", t.name, e.c.mode), src.recs, t.eos, minBytes)
+		if err != nil {
+			why = "alpaca input: " + err.Error()
+			break
+		}
+		alp.path[t.name] = p
+		inputs = append(inputs, fmt.Sprintf("tokenize … alpaca (%s): %s — %d prompts in the seeds' format ending with %s, %.2f MB of text, from %s",
+			t.name, p, n, t.eos, float64(b)/1e6, src.desc))
+	}
+	ins = append(ins, alp)
+	cp, n, b, err := e.corpus(corpusMax)
+	if err != nil && why == "" {
+		why = "corpus input: " + err.Error()
+	} else {
+		inputs = append(inputs, fmt.Sprintf("tokenize … corpus: %s — %d lines, %.2f MB of text (testdata/tokenizers/corpus-dev.jsonl.zst: prose, code, ~150 languages, stress text)",
+			cp, n, float64(b)/1e6))
+	}
+	ins = append(ins, input{name: "corpus", path: map[string]string{"qwen2.5": cp, "llama3.1": cp}})
+
+	for _, in := range ins {
+		for _, t := range seedTokenizers {
+			tokDir, err := e.tokenizerDir(t.name)
+			for _, th := range e.threadCounts() {
+				name := fmt.Sprintf("tokenize %s %s %dT", t.name, in.name, th)
+				slug := slugify(name)
+				ferryOut, hfOut := e.outPath(slug, "ferry"), e.outPath(slug, "hf")
+				argv := []string{dataprep, "tokenize", "--tokenizer", tokDir, "--threads", strconv.Itoa(th)}
+				if benchLine {
+					argv = append(argv, "--bench-line")
+				}
+				j := harness.Job{
+					Name: name, Group: "tokenizer",
+					Metric: harness.Metric{Name: "wall_s", Unit: "s"},
+					Extra:  []harness.Metric{{Name: "encode_mb_per_s", Unit: "MB/s", HigherIsBetter: true}},
+					Ferry: harness.Side{Label: "ferry dataprep tokenize", Cmd: harness.Command{
+						Argv:   append(argv, in.path[t.name]),
+						Stdout: ferryOut,
+					}},
+					Anchor: harness.Side{Label: "HF tokenizers " + e.tools["tokenizers (npm)"] + " (Node binding)", Cmd: harness.Command{
+						Argv:   []string{"node", hfTokenizeJS, "--tokenizer", tokDir, "--bench-line", in.path[t.name]},
+						Env:    e.nodeEnv(th),
+						Stdout: hfOut,
+					}},
+					Check:       func() (string, error) { return compareIDs(ferryOut, hfOut) },
+					Unavailable: why,
+				}
+				if err != nil && j.Unavailable == "" {
+					j.Unavailable = "tokenizer: " + err.Error()
+				}
+				jobs = append(jobs, j)
+			}
+		}
+	}
+	return jobs, inputs
+}
+
+// dataprepJobs: dataprep end to end (read, format, tokenize, pad or pack,
+// shuffle, write 16 shards + manifest) vs HF tokenizers encoding the same
+// formatted prompts with the same threads and nothing else (no shards
+// written): pad mode against the seeds' call (truncation to 1024 and
+// padding="max_length"), pack mode against truncation alone.
+func dataprepJobs(e *env) ([]harness.Job, []string) {
+	var jobs []harness.Job
+	var inputs []string
+	const seqLen, ranks = "1024", "16"
+	why := e.nodeTokenizers()
+	dataprep, whyBin := e.goBuild("cmd/dataprep")
+	help := ""
+	if whyBin == "" {
+		help = e.helpText(dataprep)
+		whyBin = requireFlags(help, "dataprep", "input", "tokenizer", "seq-len", "ranks", "mode", "out")
+	}
+	if why == "" {
+		why = whyBin
+	}
+	src, err := e.alpaca()
+	recPath := ""
+	if err != nil {
+		if why == "" {
+			why = "alpaca input: " + err.Error()
+		}
+	} else if src.path != "" {
+		recPath = src.path
+		inputs = append(inputs, "dataprep: "+src.desc)
+	} else {
+		n := len(src.recs)
+		if e.c.mode == "full" {
+			n = 52002 // the size of the real Stanford Alpaca
+		}
+		recPath, err = e.writeRecords(fmt.Sprintf("alpaca-records-%s.json", e.c.mode), src.recs, n)
+		if err != nil && why == "" {
+			why = "alpaca input: " + err.Error()
+		}
+		inputs = append(inputs, fmt.Sprintf("dataprep: %s — %d Alpaca records (JSON array) cycled from %s; pass -alpaca for the real 52,002-record file",
+			recPath, n, src.desc))
+	}
+	threads := strconv.Itoa(e.c.threads)
+	for _, t := range seedTokenizers {
+		tokDir, terr := e.tokenizerDir(t.name)
+		for _, mode := range []string{"pad", "pack"} {
+			name := fmt.Sprintf("dataprep %s %s", t.name, mode)
+			slug := slugify(name)
+			outDir := filepath.Join(e.c.work, "out", slug+".shards")
+			argv := []string{dataprep, "--input", recPath, "--tokenizer", tokDir, "--seq-len", seqLen, "--ranks", ranks, "--mode", mode, "--out", outDir}
+			for _, opt := range [][2]string{{"eos", t.eos}, {"pad", t.eos}, {"workers", threads}, {"quiet", ""}} {
+				if hasFlag(help, opt[0]) {
+					argv = append(argv, "--"+opt[0])
+					if opt[1] != "" {
+						argv = append(argv, opt[1])
+					}
+				}
+			}
+			anchor := []string{"node", hfTokenizeJS, "--tokenizer", tokDir, "--alpaca", "--eos", t.eos, "--max-length", seqLen}
+			label := "HF tokenizers " + e.tools["tokenizers (npm)"] + ", truncation to 1024 (tokenization alone)"
+			if mode == "pad" {
+				anchor = append(anchor, "--pad")
+				label = "HF tokenizers " + e.tools["tokenizers (npm)"] + ", truncation + padding to 1024 as the seeds call it (tokenization alone)"
+			}
+			anchor = append(anchor, "--out", "none", "--bench-line", recPath)
+			hfOut := e.outPath(slug, "hf")
+			j := harness.Job{
+				Name: name, Group: "dataprep",
+				Metric: harness.Metric{Name: "wall_s", Unit: "s"},
+				Ferry: harness.Side{Label: fmt.Sprintf("ferry dataprep --mode %s --ranks %s --seq-len %s", mode, ranks, seqLen), Cmd: harness.Command{
+					Argv: argv, Stdout: e.outPath(slug, "ferry"),
+					Before: func() error { return os.RemoveAll(outDir) },
+				}},
+				Anchor: harness.Side{Label: label, Cmd: harness.Command{
+					Argv: anchor, Env: e.nodeEnv(e.c.threads), Stdout: hfOut,
+				}},
+				Check:       func() (string, error) { return checkShards(outDir, hfOut, mode) },
+				Unavailable: why,
+			}
+			if terr != nil && j.Unavailable == "" {
+				j.Unavailable = "tokenizer: " + terr.Error()
+			}
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, inputs
+}
+
+// checkShards verifies that dataprep left a complete result (a manifest and
+// the shards it lists, with their sizes) and compares its counts with HF's.
+// In pack mode (HF: truncation only) the manifest's token count must equal
+// HF's; in pad mode HF's count includes the padding, so only records are
+// compared.
+func checkShards(dir, hfOut, mode string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return "", fmt.Errorf("dataprep left no manifest: %w", err)
+	}
+	var m struct {
+		Ranks      int `json:"ranks"`
+		UniqueRows int `json:"unique_rows"`
+		Files      []struct {
+			Path  string `json:"path"`
+			Bytes int64  `json:"bytes"`
+		} `json:"files"`
+		Stats struct {
+			RecordsRead    int64 `json:"records_read"`
+			RecordsSkipped int64 `json:"records_skipped"`
+			Tokens         int64 `json:"tokens"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("%s/manifest.json: %w", dir, err)
+	}
+	if len(m.Files) != m.Ranks || m.Ranks != 16 {
+		return "", fmt.Errorf("%s/manifest.json: %d files for %d ranks, want 16", dir, len(m.Files), m.Ranks)
+	}
+	for _, f := range m.Files {
+		fi, err := os.Stat(filepath.Join(dir, f.Path))
+		if err != nil {
+			return "", err
+		}
+		if fi.Size() != f.Bytes {
+			return "", fmt.Errorf("%s: %d bytes, manifest says %d", f.Path, fi.Size(), f.Bytes)
+		}
+	}
+	tail, err := os.ReadFile(hfOut)
+	if err != nil {
+		return "", err
+	}
+	hf, err := harness.ParseBenchLine(tail)
+	if err != nil || hf == nil {
+		return "", fmt.Errorf("%s: no bench line from the HF anchor (%v)", hfOut, err)
+	}
+	if got, want := m.Stats.RecordsRead, int64(hf["lines"]); got != want {
+		return "", fmt.Errorf("dataprep read %d records, HF tokenized %d", got, want)
+	}
+	msg := fmt.Sprintf("16 shards + manifest complete; %d records read (%d skipped), %d rows, %d tokens",
+		m.Stats.RecordsRead, m.Stats.RecordsSkipped, m.UniqueRows, m.Stats.Tokens)
+	if mode == "pack" {
+		if m.Stats.RecordsSkipped == 0 && m.Stats.Tokens != int64(hf["tokens"]) {
+			return msg, fmt.Errorf("dataprep counted %d tokens, HF tokenized %d (truncated to 1024)", m.Stats.Tokens, int64(hf["tokens"]))
+		}
+		msg += " = HF's token count"
+	}
+	return msg, nil
+}
