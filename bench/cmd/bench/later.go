@@ -1,9 +1,163 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/ferryml/ferry/bench/internal/harness"
 )
 
-func feedJobs(e *env) ([]harness.Job, []string)    { return nil, nil }
-func ckptJobs(e *env) ([]harness.Job, []string)    { return nil, nil }
-func storageJobs(e *env) ([]harness.Job, []string) { return nil, nil }
+// feedJobs: per-batch cost and time to first batch of the ferry loader
+// (direct, and through the ferry-serve daemon) vs DataLoader +
+// DistributedSampler. The scripts measure both contestants in one process
+// and print both in their bench line.
+func feedJobs(e *env) ([]harness.Job, []string) {
+	var jobs []harness.Job
+	for _, f := range []struct{ name, script string }{
+		{"feed direct", "python/bench_feed.py"},
+		{"feed daemon", "python/bench_serve.py"},
+	} {
+		j := harness.Job{
+			Name: f.name + " per batch", Group: "feed",
+			Metric: harness.Metric{Name: "per_batch_us", Unit: "µs"},
+			Ferry:  harness.Side{Label: "ferry loader", Cmd: harness.Command{Argv: []string{e.c.python, f.script}}},
+			Anchor: harness.Side{Label: "DataLoader + DistributedSampler", SameRun: true},
+		}
+		if _, err := os.Stat(f.script); err != nil {
+			j.Unavailable = f.script + " does not exist yet"
+		} else if why := e.torch(); why != "" {
+			j.Unavailable = why
+		} else {
+			j.Unavailable = f.script + " exists but its bench-line keys are not wired into bench/cmd/bench yet"
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// ckptJobs: ckptmerge vs the PyTorch way (DCP load_state_dict into full
+// tensors, then a safetensors file) and vs cp of the same bytes, on a
+// synthetic FSDP-style checkpoint made by bench/ckptbench.
+func ckptJobs(e *env) ([]harness.Job, []string) {
+	var inputs []string
+	merge := harness.Side{Label: "ferry ckptmerge"}
+	jobs := []harness.Job{
+		{Name: "ckptmerge vs torch", Group: "ckptmerge", Metric: harness.Metric{Name: "wall_s", Unit: "s"}, Ferry: merge,
+			Anchor: harness.Side{Label: "PyTorch " + e.tools["torch"] + " DCP load_state_dict + safetensors write"}},
+		{Name: "ckptmerge vs cp", Group: "ckptmerge", Metric: harness.Metric{Name: "wall_s", Unit: "s"}, Ferry: merge,
+			Anchor: harness.Side{Label: "cp -r of the checkpoint + sync of the copies"}},
+	}
+	ckptmerge, why := e.goBuild("cmd/ckptmerge")
+	if why != "" {
+		return unavailable(jobs, why), nil
+	}
+	gen := findCkptGenerator()
+	if gen == "" {
+		return unavailable(jobs, "bench/ckptbench has no checkpoint generator (a script with --big) yet"), nil
+	}
+	if why := e.torch(); why != "" {
+		return unavailable(jobs, why), nil
+	}
+	ckpt, desc, err := e.checkpoint(gen)
+	if err != nil {
+		return unavailable(jobs, "generating the checkpoint: "+err.Error()), nil
+	}
+	inputs = append(inputs, "ckptmerge: "+desc)
+	out := func(side string) string { return filepath.Join(e.c.work, "out", "ckpt."+side) }
+	rm := func(dir string) func() error { return func() error { return os.RemoveAll(dir) } }
+	for i := range jobs {
+		slug := slugify(jobs[i].Name)
+		jobs[i].Ferry.Cmd = harness.Command{Argv: []string{ckptmerge, ckpt, out("ferry")},
+			Stdout: e.outPath(slug, "ferry"), Before: rm(out("ferry"))}
+	}
+	jobs[0].Anchor.Cmd = harness.Command{
+		Argv:   []string{e.c.python, "bench/anchors/torch-consolidate.py", ckpt, out("torch"), "--format", "safetensors"},
+		Stdout: e.outPath(slugify(jobs[0].Name), "torch"), Before: rm(out("torch")),
+	}
+	jobs[1].Anchor.Cmd = harness.Command{
+		Argv:   []string{"sh", "-c", `cp -r "$1" "$2" && sync "$2"/*`, "sh", ckpt, out("cp")},
+		Stdout: e.outPath(slugify(jobs[1].Name), "cp"), Before: rm(out("cp")),
+	}
+	return jobs, inputs
+}
+
+// findCkptGenerator returns the ckpt engineer's checkpoint generator: a
+// Python script in bench/ckptbench that takes --big.
+func findCkptGenerator() string {
+	paths, _ := filepath.Glob("bench/ckptbench/*.py")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), `"--big"`) {
+			return p
+		}
+	}
+	return ""
+}
+
+// checkpoint generates (once; it is kept in the work dir) a 4-rank bf16
+// checkpoint of a Llama-shaped model: ~75 MB in quick mode, ~1.5 GB full.
+func (e *env) checkpoint(gen string) (string, string, error) {
+	args := []string{"--layers", "16", "--hidden", "2048", "--intermediate", "5632", "--vocab", "32000", "--world-size", "4"}
+	if e.c.mode == "quick" {
+		args = []string{"--layers", "2", "--hidden", "512", "--intermediate", "1408", "--vocab", "32000", "--world-size", "4"}
+	}
+	dir := filepath.Join(e.c.work, "ckpt", slugify(strings.Join(args, " ")))
+	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
+		os.RemoveAll(dir)
+		e.logf("generating the checkpoint %s with %s", dir, gen)
+		out := e.output(e.c.python, append([]string{gen, "--big", dir}, args...)...)
+		if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
+			return "", "", fmt.Errorf("%s %s wrote no .metadata (%s)", gen, strings.Join(args, " "), oneLine(out, 200))
+		}
+	}
+	var n int
+	var size int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n++
+			size += fi.Size()
+		}
+		return nil
+	})
+	return dir, fmt.Sprintf("%s — %d files, %.0f MB, bf16, 4 ranks (%s --big %s)", dir, n, float64(size)/1e6, gen, strings.Join(args, " ")), nil
+}
+
+// storageJobs: upload and download through internal/storage vs plain
+// minio-go, against a local versitygw, driven by bench/storagebench.
+func storageJobs(e *env) ([]harness.Job, []string) {
+	var jobs []harness.Job
+	for _, op := range []string{"upload", "download"} {
+		jobs = append(jobs, harness.Job{
+			Name: "storage S3 " + op + " " + e.c.storageSize, Group: "storage",
+			Metric: harness.Metric{Name: "mb_per_s", Unit: "MB/s", HigherIsBetter: true},
+			Ferry:  harness.Side{Label: "ferry internal/storage"},
+			Anchor: harness.Side{Label: "plain minio-go"},
+		})
+	}
+	if e.tools["versitygw"] == "" {
+		return unavailable(jobs, "versitygw is not installed (scripts/setup-test-deps installs it)"), nil
+	}
+	if entries, _ := os.ReadDir("bench/storagebench"); len(entries) == 0 {
+		return unavailable(jobs, "bench/storagebench does not exist yet"), nil
+	}
+	sb, why := e.goBuild("bench/storagebench")
+	if why != "" {
+		return unavailable(jobs, why), nil
+	}
+	if why := requireFlags(e.helpText(sb), "storagebench", "side", "op", "size"); why != "" {
+		return unavailable(jobs, why), nil
+	}
+	for i, op := range []string{"upload", "download"} {
+		slug := slugify(jobs[i].Name)
+		for _, s := range []struct {
+			side *harness.Side
+			name string
+		}{{&jobs[i].Ferry, "ferry"}, {&jobs[i].Anchor, "minio"}} {
+			s.side.Cmd = harness.Command{Argv: []string{sb, "-side", s.name, "-op", op, "-size", e.c.storageSize},
+				Stdout: e.outPath(slug, s.name)}
+		}
+	}
+	return jobs, []string{"storage: one object of " + e.c.storageSize + " through a local versitygw started by bench/storagebench"}
+}
