@@ -4,8 +4,10 @@ import "unicode/utf8"
 
 // byteToRune is GPT-2's bytes_to_unicode: the printable bytes ! to ~, ¡ to ¬
 // and ® to ÿ stand for themselves; the other 68 bytes map to U+0100 onwards.
-var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
-	r2b = make(map[rune]byte, 256)
+var byteToRune, runeToByte = func() (b2r [256]rune, r2b [byteRunes]int16) {
+	for i := range r2b {
+		r2b[i] = -1
+	}
 	n := rune(0)
 	for b := 0; b < 256; b++ {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
@@ -14,10 +16,13 @@ var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
 			b2r[b] = 256 + n
 			n++
 		}
-		r2b[b2r[b]] = byte(b)
+		r2b[b2r[b]] = int16(b)
 	}
 	return
 }()
+
+// byteRunes bounds the byte-level characters: all are below U+0144.
+const byteRunes = 0x144
 
 // byteLevelDecode turns a byte-level token string back into raw bytes. ok is
 // false when a character is not one of the 256 byte-level characters; HF's
@@ -25,11 +30,10 @@ var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
 func byteLevelDecode(tok string) (raw []byte, ok bool) {
 	raw = make([]byte, 0, len(tok))
 	for _, r := range tok {
-		b, found := runeToByte[r]
-		if !found {
+		if r >= byteRunes || runeToByte[r] < 0 {
 			return []byte(tok), false
 		}
-		raw = append(raw, b)
+		raw = append(raw, byte(runeToByte[r]))
 	}
 	return raw, true
 }
@@ -99,3 +103,9 @@ func toValid(s string) string {
 	}
 	return string(appendLossy(make([]byte, 0, len(s)+8), []byte(s)))
 }
+
+// ValidUTF8 returns s with every invalid UTF-8 sequence replaced by U+FFFD,
+// one per maximal subpart, as Python's errors="replace", JavaScript's
+// TextDecoder and Rust's from_utf8_lossy do: the text HF tokenizers would see.
+// It returns s itself when s is valid.
+func ValidUTF8(s string) string { return toValid(s) }

@@ -115,7 +115,7 @@ type fileJSON struct {
 	AddedTokens   []addedToken    `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
-	Model         json.RawMessage `json:"model"`
+	Model         *modelJSON      `json:"model"`
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       json.RawMessage `json:"decoder"`
 }
@@ -161,7 +161,7 @@ func parse(data []byte) (*Tokenizer, error) {
 	if !isNull(f.Padding) {
 		return nil, unsupported("$.padding", "padding is not supported (set it to null)")
 	}
-	if isNull(f.Model) {
+	if f.Model == nil {
 		return nil, corrupt("$.model", "missing")
 	}
 	if err := t.parseNormalizer(f.Normalizer, "$.normalizer"); err != nil {
@@ -307,17 +307,12 @@ type modelJSON struct {
 	FuseUnk                 bool              `json:"fuse_unk"`
 	ByteFallback            bool              `json:"byte_fallback"`
 	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   map[string]int32  `json:"vocab"`
-	Merges                  []json.RawMessage `json:"merges"`
+	Vocab                   *vocabJSON        `json:"vocab"`
+	Merges                  mergesJSON        `json:"merges"`
 }
 
-func (t *Tokenizer) parseModel(m json.RawMessage, path string) error {
-	var v modelJSON
-	typ, err := component(m, path, &v)
-	if err != nil {
-		return err
-	}
-	if typ != "BPE" {
+func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
+	if typ := v.Type; typ != "BPE" {
 		return unsupported(path+".type", "model %q (only BPE)", typ)
 	}
 	if v.Dropout != nil && *v.Dropout != 0 {
@@ -338,12 +333,16 @@ func (t *Tokenizer) parseModel(m json.RawMessage, path string) error {
 	bm := &t.model
 	bm.ignoreMerges = v.IgnoreMerges
 	bm.fuseUnk = v.FuseUnk
-	bm.vocab = make(map[string]int32, len(v.Vocab))
+	vocab := make(map[string]int32, len(v.Vocab.toks))
+	for k, tok := range v.Vocab.toks {
+		vocab[tok] = v.Vocab.ids[k] // a repeated key: the last wins, as in serde
+	}
+	bm.vocab = make(map[string]int32, len(vocab))
 	for i := range bm.byteID {
 		bm.byteID[i] = -1
 	}
 	maxID := int32(-1)
-	for tok, id := range v.Vocab {
+	for tok, id := range vocab {
 		if id < 0 || id >= 1<<30 {
 			return corrupt(path+".vocab", "token %q has id %d", tok, id)
 		}
@@ -353,7 +352,7 @@ func (t *Tokenizer) parseModel(m json.RawMessage, path string) error {
 	t.tokens = make([]string, maxID+1)
 	t.decoded = make([]string, maxID+1)
 	t.isToken = make([]bool, maxID+1)
-	for tok, id := range v.Vocab {
+	for tok, id := range vocab {
 		if t.isToken[id] {
 			return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
 		}
@@ -370,38 +369,26 @@ func (t *Tokenizer) parseModel(m json.RawMessage, path string) error {
 			}
 		}
 	}
-	t.vocabSize = len(v.Vocab)
+	t.vocabSize = len(vocab)
 	bm.unkID = -1
 	if v.UnkToken != nil {
-		id, ok := v.Vocab[*v.UnkToken]
+		id, ok := vocab[*v.UnkToken]
 		if !ok {
 			return corrupt(path+".unk_token", "%q is not in the vocab", *v.UnkToken)
 		}
 		bm.unkID = id
 	}
-	bm.merges = make(map[uint64]uint64, len(v.Merges))
-	for i, raw := range v.Merges {
-		mp := fmt.Sprintf("%s.merges[%d]", path, i)
-		var a, b string
-		var s string
-		if err := json.Unmarshal(raw, &s); err == nil {
-			var ok bool
-			a, b, ok = strings.Cut(s, " ")
-			if !ok || strings.Contains(b, " ") {
-				return corrupt(mp, "merge %q is not two tokens separated by one space", s)
-			}
-		} else {
-			var pair []string
-			if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
-				return corrupt(mp, `want "a b" or ["a", "b"], found %.40s`, raw)
-			}
-			a, b = pair[0], pair[1]
-		}
-		ia, oka := v.Vocab[a]
-		ib, okb := v.Vocab[b]
-		im, okm := v.Vocab[a+b]
+	if v.Merges.bad >= 0 {
+		return corrupt(fmt.Sprintf("%s.merges[%d]", path, v.Merges.bad), "merge %q is not two tokens separated by one space", v.Merges.pairs[v.Merges.bad][0])
+	}
+	bm.merges = make(map[uint64]uint64, len(v.Merges.pairs))
+	for i, p := range v.Merges.pairs {
+		a, b := p[0], p[1]
+		ia, oka := vocab[a]
+		ib, okb := vocab[b]
+		im, okm := vocab[a+b]
 		if !oka || !okb || !okm {
-			return corrupt(mp, "merge %q %q: token not in the vocab", a, b)
+			return corrupt(fmt.Sprintf("%s.merges[%d]", path, i), "merge %q %q: token not in the vocab", a, b)
 		}
 		bm.merges[pairKey(ia, ib)] = uint64(i)<<32 | uint64(uint32(im))
 	}

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ferryml/ferry/tokenize"
+)
+
+const tokenizeUsage = `usage: dataprep tokenize --tokenizer PATH [flags] [IN.jsonl]
+
+Tokenizes JSONL {"text": ...} lines (stdin without IN) and writes one
+{"ids": [...]} line per input line, in input order: the contract of HF's
+reference tool hf-tokenize.js, so the two outputs can be diffed.
+
+Examples:
+  dataprep tokenize --tokenizer models/qwen2.5 texts.jsonl > ids.jsonl
+  dataprep tokenize --tokenizer tokenizer.json --no-special --threads 4 < texts.jsonl
+  dataprep tokenize --tokenizer models/llama3.1 --alpaca --eos '<|eot_id|>' --out none --bench-line alpaca.json
+
+Flags:
+`
+
+// tokenizeConfig holds the flags of `dataprep tokenize`.
+type tokenizeConfig struct {
+	tokenizer string
+	noSpecial bool
+	threads   int
+	alpaca    bool
+	eos       string
+	maxLength int
+	pad       bool
+	padToken  string
+	out       string
+	benchLine bool
+	input     string // "" = stdin
+}
+
+// errTokenizeUsage marks a command-line error (exit status 2).
+var errTokenizeUsage = errors.New("bad usage")
+
+func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error) {
+	c := &tokenizeConfig{}
+	fs := flag.NewFlagSet("dataprep tokenize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, tokenizeUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.tokenizer, "tokenizer", "", "tokenizer.json, tokenizer.json.zst or a model `directory` (required)")
+	fs.BoolVar(&c.noSpecial, "no-special", false, "add_special_tokens=false: no BOS/EOS from the post-processor (added-token strings in the text are still matched)")
+	fs.IntVar(&c.threads, "threads", 0, "tokenizer goroutines (0 = all CPUs)")
+	fs.BoolVar(&c.alpaca, "alpaca", false, "input is Alpaca records (JSON array or JSONL with instruction/input/output), formatted as the seed workloads do")
+	fs.StringVar(&c.eos, "eos", "", "with --alpaca: the `token` appended to each prompt (the seeds append tokenizer.eos_token)")
+	fs.IntVar(&c.maxLength, "max-length", 0, "truncate to `N` ids, the special tokens included (0 = no limit)")
+	fs.BoolVar(&c.pad, "pad", false, "with --max-length: pad on the right to N ids with --pad-token")
+	fs.StringVar(&c.padToken, "pad-token", "", "the padding `token` (default: --eos, as the seeds set pad_token = eos_token)")
+	fs.StringVar(&c.out, "out", "-", "output `file`: - for stdout, none to discard the ids")
+	fs.BoolVar(&c.benchLine, "bench-line", false, `print a final {"bench": {...}} line with the encode throughput on stdout`)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errTokenizeUsage, err)
+	}
+	bad := func(format string, a ...any) (*tokenizeConfig, error) {
+		fmt.Fprintf(stderr, "dataprep tokenize: "+format+"\n", a...)
+		fs.Usage()
+		return nil, fmt.Errorf("%w: "+format, append([]any{errTokenizeUsage}, a...)...)
+	}
+	switch {
+	case c.tokenizer == "":
+		return bad("--tokenizer is required")
+	case fs.NArg() > 1:
+		return bad("more than one input file")
+	case c.threads < 0:
+		return bad("--threads must be >= 0")
+	case c.alpaca && c.eos == "" && !flagSet(fs, "eos"):
+		return bad("--alpaca needs --eos (the seeds append tokenizer.eos_token; --eos '' for none)")
+	case c.maxLength < 0:
+		return bad("--max-length must be >= 0")
+	case c.pad && c.maxLength == 0:
+		return bad("--pad needs --max-length")
+	}
+	if c.pad && c.padToken == "" {
+		c.padToken = c.eos
+		if c.padToken == "" {
+			return bad("--pad needs --pad-token or --eos")
+		}
+	}
+	if fs.NArg() == 1 {
+		c.input = fs.Arg(0)
+	}
+	return c, nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// runTokenize is `dataprep tokenize`.
+func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	c, err := parseTokenizeFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	t0 := time.Now()
+	tok, err := tokenize.Load(c.tokenizer)
+	if err != nil {
+		return fmt.Errorf("dataprep tokenize: %w", err)
+	}
+	padID := int32(-1)
+	if c.pad {
+		id, ok := tok.TokenID(c.padToken)
+		if !ok {
+			return fmt.Errorf("dataprep tokenize: pad token %q is not in the vocabulary of %s", c.padToken, c.tokenizer)
+		}
+		padID = id
+	}
+	threads := c.threads
+	if threads == 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	name := c.input
+	var in io.Reader = stdin
+	if c.input != "" {
+		f, err := os.Open(c.input)
+		if err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", err)
+		}
+		defer f.Close()
+		in = f
+	} else {
+		name = "stdin"
+	}
+	var out io.Writer
+	var outFile *os.File
+	switch c.out {
+	case "-":
+		out = stdout
+	case "none":
+	default:
+		if outFile, err = os.Create(c.out); err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", err)
+		}
+		defer outFile.Close()
+		out = outFile
+	}
+	var bw *bufio.Writer
+	if out != nil {
+		bw = bufio.NewWriterSize(out, 1<<20)
+	}
+	loadS := time.Since(t0).Seconds()
+
+	p := &tokenizePass{tok: tok, cfg: c, padID: padID, threads: threads, name: name}
+	t1 := time.Now()
+	if c.alpaca {
+		data, err := io.ReadAll(in)
+		if err != nil {
+			return fmt.Errorf("dataprep tokenize: %s: %w", name, err)
+		}
+		texts, err := alpacaPrompts(data, name, c.eos)
+		if err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", err)
+		}
+		p.readS = time.Since(t1).Seconds()
+		if err := p.run(ctx, texts, nil, 1, bw); err != nil {
+			return err
+		}
+	} else {
+		br := bufio.NewReaderSize(in, 1<<20)
+		lineNo := 1
+		for {
+			lines, n, eof, err := readLines(br, 4096, 8<<20)
+			if err != nil {
+				return fmt.Errorf("dataprep tokenize: %s: line %d: %w", name, lineNo+n, err)
+			}
+			if len(lines) > 0 {
+				if err := p.run(ctx, nil, lines, lineNo, bw); err != nil {
+					return err
+				}
+			}
+			lineNo += n
+			if eof {
+				break
+			}
+		}
+	}
+	if bw != nil {
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("dataprep tokenize: writing output: %w", err)
+		}
+	}
+	if outFile != nil {
+		if err := outFile.Close(); err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", err)
+		}
+	}
+	if c.benchLine {
+		enc := p.encodeS.Load()
+		s := float64(enc) / 1e9
+		line, _ := json.Marshal(map[string]any{"bench": map[string]any{
+			"load_s": round4(loadS), "read_s": round4(p.readS), "encode_s": round4(s),
+			"lines": p.lines, "bytes": p.bytes, "tokens": p.tokens,
+			"encode_mb_per_s": round4(float64(p.bytes) / s / 1e6), "tokens_per_s": int64(float64(p.tokens) / s),
+			"threads": threads,
+		}})
+		if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", err)
+		}
+	}
+	return nil
+}
+
+func round4(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 4, 64), 64)
+	return v
+}
+
+// readLines reads up to maxLines lines or about maxBytes bytes. Blank lines
+// are kept (and rejected later, with their number); the last line may lack
+// its newline. n is the number of lines consumed.
+func readLines(br *bufio.Reader, maxLines, maxBytes int) (lines [][]byte, n int, eof bool, err error) {
+	size := 0
+	for len(lines) < maxLines && size < maxBytes {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			line = bytes.TrimSuffix(line, []byte("\n"))
+			line = bytes.TrimSuffix(line, []byte("\r"))
+			lines = append(lines, line)
+			size += len(line)
+			n++
+		}
+		if err == io.EOF {
+			return lines, n, true, nil
+		}
+		if err != nil {
+			return lines, n, false, err
+		}
+	}
+	return lines, n, false, nil
+}
+
+// tokenizePass encodes batches of texts in parallel and writes their ids in order.
+type tokenizePass struct {
+	tok     *tokenize.Tokenizer
+	cfg     *tokenizeConfig
+	padID   int32
+	threads int
+	name    string
+
+	readS                float64
+	lines, bytes, tokens int64
+	encodeS              atomic.Int64 // nanoseconds in encode, summed over all batches (wall)
+}
+
+// run encodes texts (or JSONL lines to decode first; firstLine numbers
+// them) and writes the ids to w (nil: discard).
+func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, firstLine int, w *bufio.Writer) error {
+	n := len(texts)
+	if lines != nil {
+		n = len(lines)
+	}
+	type result struct {
+		out    []byte
+		bytes  int
+		tokens int
+		err    error
+	}
+	res := make([]result, n)
+	const chunk = 32
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	workers := min(p.threads, (n+chunk-1)/chunk)
+	work := func() {
+		var ids []int32
+		for {
+			lo := int(next.Add(chunk)) - chunk
+			if lo >= n || ctx.Err() != nil {
+				return
+			}
+			for i := lo; i < min(lo+chunk, n); i++ {
+				var text string
+				if lines != nil {
+					var rec struct {
+						Text *string `json:"text"`
+					}
+					line := lines[i]
+					if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
+						line = []byte(tokenize.ValidUTF8(string(line)))
+					}
+					if err := json.Unmarshal(line, &rec); err != nil {
+						res[i].err = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
+						continue
+					}
+					if rec.Text == nil {
+						res[i].err = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
+						continue
+					}
+					text = *rec.Text
+				} else {
+					text = texts[i]
+				}
+				ids = p.tok.AppendEncode(ids[:0], text, !p.cfg.noSpecial)
+				ids = p.truncatePad(ids)
+				res[i].bytes, res[i].tokens = len(text), len(ids)
+				if w != nil {
+					res[i].out = appendIDsLine(nil, ids)
+				}
+			}
+		}
+	}
+	for range max(workers, 1) {
+		wg.Go(work)
+	}
+	wg.Wait()
+	p.encodeS.Add(int64(time.Since(start)))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range res {
+		if res[i].err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", res[i].err)
+		}
+		p.lines++
+		p.bytes += int64(res[i].bytes)
+		p.tokens += int64(res[i].tokens)
+		if w != nil {
+			if _, err := w.Write(res[i].out); err != nil {
+				return fmt.Errorf("dataprep tokenize: writing output: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// truncatePad applies --max-length (keeping the post-processor's special
+// tokens, as HF's truncation does) and --pad.
+func (p *tokenizePass) truncatePad(ids []int32) []int32 {
+	L := p.cfg.maxLength
+	if L == 0 {
+		return ids
+	}
+	if len(ids) > L {
+		sp := p.tok.Special()
+		head, tail := 0, 0
+		if !p.cfg.noSpecial {
+			if sp.AddBOS {
+				head = 1
+			}
+			if sp.AddEOS {
+				tail = 1
+			}
+		}
+		if head+tail >= L {
+			ids = append(ids[:0:0], ids[:L]...)
+		} else {
+			ids = append(ids[:L-tail], ids[len(ids)-tail:]...)
+		}
+	}
+	for p.cfg.pad && len(ids) < L {
+		ids = append(ids, p.padID)
+	}
+	return ids
+}
+
+// appendIDsLine appends {"ids":[...]}\n as JSON.stringify writes it.
+func appendIDsLine(b []byte, ids []int32) []byte {
+	b = append(b, `{"ids":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return append(b, "]}\n"...)
+}
+
+// alpacaPrompts formats Alpaca records (a JSON array or JSON Lines) as the
+// seed workloads do.
+func alpacaPrompts(data []byte, name, eos string) ([]string, error) {
+	type record struct {
+		Instruction *string `json:"instruction"`
+		Input       string  `json:"input"`
+		Output      *string `json:"output"`
+	}
+	var recs []record
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		if err := json.Unmarshal(data, &recs); err != nil {
+			return nil, fmt.Errorf("%s: %v", name, err)
+		}
+	} else {
+		for i, line := range bytes.Split(data, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			var r record
+			if err := json.Unmarshal(line, &r); err != nil {
+				return nil, fmt.Errorf("%s: line %d: %v", name, i+1, err)
+			}
+			recs = append(recs, r)
+		}
+	}
+	texts := make([]string, len(recs))
+	for i, r := range recs {
+		if r.Instruction == nil || r.Output == nil {
+			return nil, fmt.Errorf("%s: record %d: \"instruction\" and \"output\" must be strings", name, i)
+		}
+		s := "### Instruction:\n" + *r.Instruction + "\n\n"
+		if r.Input != "" {
+			s += "### Input:\n" + r.Input + "\n\n"
+		}
+		texts[i] = s + "### Response:\n" + *r.Output + eos
+	}
+	return texts, nil
+}
