@@ -26,6 +26,9 @@ var (
 	ErrBadLocation = errors.New("storage: bad location")
 	// ErrBadOption is returned for an invalid option value.
 	ErrBadOption = errors.New("storage: bad option")
+	// ErrChanged is returned by an S3 Reader whose object was replaced
+	// after Open: it never mixes bytes of two versions.
+	ErrChanged = errors.New("storage: object changed since it was opened")
 	// ErrAccessDenied wraps S3 authentication and authorisation failures
 	// (wrong keys, expired token, missing permission).
 	ErrAccessDenied = errors.New("storage: access denied")
