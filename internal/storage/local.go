@@ -199,7 +199,7 @@ func (w *localWriter) Write(p []byte) (int, error) {
 	n, err := w.bw.Write(p)
 	w.n += int64(n)
 	if err != nil {
-		w.fail(fmt.Errorf("storage: write %s at byte %d: %w", w.path, w.n, unwrapPathErr(err)))
+		w.fail(fmt.Errorf("storage: write %s (%d bytes written): %w", w.path, w.n, unwrapPathErr(err)))
 		return n, w.err
 	}
 	return n, nil
@@ -256,7 +256,7 @@ func (w *localWriter) commitLocked() error {
 		return pathError("commit", w.path, err)
 	}
 	if err := w.bw.Flush(); err != nil {
-		return fmt.Errorf("storage: write %s at byte %d: %w", w.path, w.n, unwrapPathErr(err))
+		return fmt.Errorf("storage: write %s (%d bytes written): %w", w.path, w.n, unwrapPathErr(err))
 	}
 	if err := w.f.Sync(); err != nil && !ignorableSyncErr(err) {
 		return fmt.Errorf("storage: fsync %s: %w", w.path, unwrapPathErr(err))
