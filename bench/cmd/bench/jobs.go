@@ -231,7 +231,7 @@ func dataprepJobs(e *env) ([]harness.Job, []string) {
 			slug := slugify(name)
 			outDir := filepath.Join(e.c.work, "out", slug+".shards")
 			argv := []string{dataprep, "--input", recPath, "--tokenizer", tokDir, "--seq-len", seqLen, "--ranks", ranks, "--mode", mode, "--out", outDir}
-			for _, opt := range [][2]string{{"eos", t.eos}, {"pad", t.eos}, {"workers", threads}, {"quiet", ""}} {
+			for _, opt := range [][2]string{{"eos", t.eos}, {"workers", threads}, {"quiet", ""}} {
 				if hasFlag(help, opt[0]) {
 					argv = append(argv, "--"+opt[0])
 					if opt[1] != "" {

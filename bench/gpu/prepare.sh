@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Prepares what bench/gpu/fsdp_bench.py needs on a GPU machine that has
+# PyTorch + transformers but no Go toolchain and no network:
+#
+#   bench/gpu/prepare.sh [ALPACA_JSON]      # on the build machine, from the repo root
+#   → bench/work/gpu/  bin/dataprep, bin/ckptmerge (static linux binaries)
+#                      tok/qwen2.5/tokenizer.json (+ tokenizer_config.json)
+#                      alpaca.json.gz   the Alpaca records (default: the bundled
+#                                       sample cycled to 52,002 records, the size
+#                                       of the real Stanford Alpaca)
+#
+# Then copy the repository with bench/work/gpu to the GPU machine and run
+#   python3 bench/gpu/fsdp_bench.py --prepared bench/work/gpu
+# (bench/work is git-ignored: carry it explicitly.)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=bench/work/gpu
+mkdir -p "$out/bin" "$out/tok/qwen2.5"
+CGO_ENABLED=0 go build -trimpath -o "$out/bin/" ./cmd/dataprep ./cmd/ckptmerge
+for f in tokenizer.json tokenizer_config.json; do
+	if [ -f "testdata/tokenizers/qwen2.5/$f.zst" ]; then
+		zstd -qdcf "testdata/tokenizers/qwen2.5/$f.zst" >"$out/tok/qwen2.5/$f"
+	else
+		cp "testdata/tokenizers/qwen2.5/$f" "$out/tok/qwen2.5/$f"
+	fi
+done
+src=${1:-}
+if [ -z "$src" ]; then
+	src=$out/alpaca_en_demo.json
+	zstd -qdcf testdata/alpaca/alpaca_en_demo.json.zst >"$src"
+fi
+python3 - "$src" "$out/alpaca.json.gz" <<'PY'
+import gzip, json, sys
+src, dst = sys.argv[1], sys.argv[2]
+with open(src, encoding="utf-8") as f:
+    text = f.read()
+recs = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
+n = max(len(recs), 52002)
+out = [recs[i % len(recs)] for i in range(n)]
+with gzip.open(dst, "wt", encoding="utf-8", compresslevel=6) as f:
+    json.dump(out, f, ensure_ascii=False)
+print(f"{dst}: {n} records from {src}")
+PY
+ls -la "$out" "$out/bin"
+du -sh "$out"
