@@ -395,67 +395,104 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 	return nil
 }
 
+// parseAdded registers the added tokens as HF tokenizers does when it reads
+// a tokenizer.json: one at a time, in file order, each getting the id of the
+// same content in the vocabulary or among the tokens added before, else the
+// next free id. The "id" in the file is not used (HF only warns when it
+// differs); for files HF wrote they agree.
 func (t *Tokenizer) parseAdded(list []addedToken) error {
-	t.added = make([]*addedToken, 0, len(list))
+	modelSize := int32(t.vocabSize)
+	modelID := func(content string) (int32, bool) {
+		if id, ok := t.oddTokens[content]; ok {
+			return id, true
+		}
+		raw, ok := byteLevelDecode(content)
+		if !ok {
+			return -1, false
+		}
+		id, ok := t.model.vocab[string(raw)]
+		return id, ok && t.tokens[id] == content
+	}
+	t.addedByContent = map[string]int32{}
+	t.addedByID = map[int32]*addedToken{}
+	specialSet := map[string]bool{}
+	registered := map[addedToken]int{} // registered tokens (ID zeroed) -> count
+	var specials, classics []*addedToken
+	maxAdded := int32(-1)
 	for i := range list {
 		a := &list[i]
-		path := fmt.Sprintf("$.added_tokens[%d]", i)
-		if a.ID < 0 || a.ID >= 1<<30 {
-			return corrupt(path+".id", "id %d", a.ID)
+		if a.Special && a.Content != "" && !specialSet[a.Content] {
+			specials = append(specials, a)
+			specialSet[a.Content] = true
 		}
 		if a.Content == "" {
-			return corrupt(path+".content", "empty")
+			continue
 		}
-		t.added = append(t.added, a)
+		key := *a
+		key.ID = 0
+		if registered[key] > 0 { // an identical token is registered: ignored
+			continue
+		}
+		id, ok := t.addedByContent[a.Content]
+		if !ok {
+			id, ok = modelID(a.Content)
+		}
+		if !ok {
+			switch {
+			case maxAdded < 0:
+				id = modelSize
+			case maxAdded >= modelSize || modelSize == 0:
+				id = maxAdded + 1
+			default:
+				id = modelSize
+			}
+		}
+		if id >= 1<<30 {
+			return corrupt(fmt.Sprintf("$.added_tokens[%d]", i), "too many tokens")
+		}
+		t.addedByContent[a.Content] = id
+		if old := t.addedByID[id]; old != nil {
+			k := *old
+			k.ID = 0
+			registered[k]--
+		}
+		t.addedByID[id] = a
+		registered[key]++
+		maxAdded = max(maxAdded, id)
+		if !specialSet[a.Content] {
+			classics = append(classics, a)
+		}
 	}
-	maxID := int32(len(t.tokens) - 1)
-	for _, a := range t.added {
-		maxID = max(maxID, a.ID)
-	}
-	for int32(len(t.tokens)) <= maxID {
+	for int32(len(t.tokens)) <= maxAdded {
 		t.tokens = append(t.tokens, "")
 		t.decoded = append(t.decoded, "")
 		t.isToken = append(t.isToken, false)
 	}
-	inModel := func(content string) bool {
-		if _, ok := t.oddTokens[content]; ok {
-			return true
+	extra := 0
+	for id, a := range t.addedByID {
+		if _, ok := modelID(a.Content); !ok {
+			extra++
 		}
-		raw, ok := byteLevelDecode(content)
-		if !ok {
-			return false
-		}
-		id, ok := t.model.vocab[string(raw)]
-		return ok && t.tokens[id] == content
-	}
-	extra := map[string]bool{}
-	for _, a := range t.added {
-		if !inModel(a.Content) {
-			extra[a.Content] = true
-		}
-	}
-	t.vocabSize += len(extra)
-	t.addedByID = make(map[int32]*addedToken, len(t.added))
-	t.addedByContent = make(map[string]int32, len(t.added))
-	for _, a := range t.added {
-		if t.isToken[a.ID] && t.tokens[a.ID] != a.Content {
-			return corrupt("$.added_tokens", "id %d is both %q and %q", a.ID, t.tokens[a.ID], a.Content)
-		}
-		t.isToken[a.ID] = true
-		t.tokens[a.ID] = a.Content
+		t.isToken[id] = true
+		t.tokens[id] = a.Content
 		raw, _ := byteLevelDecode(a.Content)
-		t.decoded[a.ID] = string(raw)
-		t.addedByID[a.ID] = a
-		if _, dup := t.addedByContent[a.Content]; !dup {
-			t.addedByContent[a.Content] = a.ID
-		}
+		t.decoded[id] = string(raw)
+	}
+	t.vocabSize += extra
+	t.isSpecial = make([]bool, len(t.tokens))
+	for id := range t.tokens {
+		t.isSpecial[id] = t.isToken[id] && specialSet[t.tokens[id]]
 	}
 	var rawToks, normToks []*addedToken
-	for _, a := range t.added {
-		if a.Normalized && len(t.norms) > 0 {
-			normToks = append(normToks, a)
+	for _, a := range append(specials, classics...) {
+		// Matching uses the flags of the token last registered for the id.
+		m := t.addedByID[t.addedByContent[a.Content]]
+		reg := &addedToken{ID: t.addedByContent[a.Content], Content: a.Content, SingleWord: m.SingleWord,
+			LStrip: m.LStrip, RStrip: m.RStrip, Normalized: a.Normalized, Special: m.Special}
+		if a.Normalized {
+			normToks = append(normToks, reg)
 		} else {
-			rawToks = append(rawToks, a)
+			rawToks = append(rawToks, reg)
 		}
 	}
 	t.rawTrie = newTrie(rawToks, func(a *addedToken) string { return a.Content })

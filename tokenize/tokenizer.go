@@ -33,7 +33,6 @@ type Tokenizer struct {
 	fastScan  scanKind // the only stage, when it has a scanner
 
 	// added tokens
-	added          []*addedToken
 	addedByID      map[int32]*addedToken
 	addedByContent map[string]int32
 	rawTrie        *trie // normalized=false (or no normalizer): matched in the input
@@ -69,12 +68,6 @@ const cacheBits = 17
 func (t *Tokenizer) finish() {
 	if len(t.stages) == 1 && t.stages[0].scan != scanNone {
 		t.fastScan = t.stages[0].scan
-	}
-	t.isSpecial = make([]bool, len(t.tokens))
-	for _, a := range t.added {
-		if a.Special {
-			t.isSpecial[a.ID] = true
-		}
 	}
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
 	if len(t.prefix) == 1 {
