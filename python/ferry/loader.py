@@ -51,8 +51,10 @@ rolls over to the next epoch, and :meth:`set_epoch` to another epoch restarts
 at that epoch's beginning.
 """
 
+import functools
 import warnings
 
+import numpy as np
 import torch
 import torch.utils.data
 
@@ -63,6 +65,19 @@ from .shards import ShardSet
 
 STATE_FORMAT = "ferry-loader"
 STATE_VERSION = 1
+
+
+# Above this seq_len the attention-mask table (4*(L+1)*L bytes) is not kept.
+MASK_TABLE_MAX_SEQ_LEN = 2048
+
+
+@functools.lru_cache(maxsize=4)
+def _mask_table(L):
+    if L > MASK_TABLE_MAX_SEQ_LEN:
+        return None
+    t = np.less(np.arange(L)[None, :], np.arange(L + 1)[:, None]).astype(np.int32)
+    t.flags.writeable = False
+    return t
 
 
 class Loader(torch.utils.data.IterableDataset):
@@ -81,7 +96,9 @@ class Loader(torch.utils.data.IterableDataset):
             when it is first mapped).
         attention_mask: pad mode: yield ``attention_mask`` (default) or the
             ``length`` column (a view) instead.
-        prefetch: madvise(WILLNEED) the next batch's rows (default True).
+        prefetch: at the start of each epoch, ask the kernel to read this
+            rank's shard ahead (madvise WILLNEED, shards up to 1 GiB;
+            default True).
     """
 
     def __init__(self, path, batch_size, *, rank=None, world_size=None, shuffle=True, seed=None,
@@ -116,7 +133,8 @@ class Loader(torch.utils.data.IterableDataset):
                 f"{self.batch_size}: batches that straddle two record batches are copied (see Loader.copies)",
                 stacklevel=2,
             )
-        self._arange = torch.arange(m.seq_len, dtype=torch.int32)
+        self._pack = m.mode == "pack"
+        self._mask_table = _mask_table(m.seq_len) if not self._pack and self.attention_mask else None
         if self.world_size == m.ranks:
             # The common case: map (and check) our own shard now, so a bad
             # shard fails at construction, not at the first step.
@@ -177,12 +195,11 @@ class Loader(torch.utils.data.IterableDataset):
         n = o.steps(start, W)
         wi = torch.utils.data.get_worker_info()
         wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
+        if self.prefetch and W == self.manifest.ranks and n > wid:
+            self.shards.shard(w).prefetch()
+        block, make = o.block, self._batch
         for u in range(wid, n, nw):
-            s, row, rows = o.block(start + u * W + w)
-            batch = self._batch(s, row, rows)
-            if self.prefetch and u + nw < n:
-                ns, nrow, nrows = o.block(start + (u + nw) * W + w)
-                self.shards.shard(ns).prefetch(nrow, nrows)
+            batch = make(*block(start + u * W + w))
             # Advance before yielding: state_dict() taken while the caller
             # holds batch u resumes at batch u+1.
             self._consumed = start + (u + 1) * W
@@ -194,13 +211,19 @@ class Loader(torch.utils.data.IterableDataset):
             self.copies += 1
         ids = torch.from_numpy(cols["input_ids"])
         labels = torch.from_numpy(cols["labels"])
-        if self.manifest.mode == "pack":
+        if self._pack:
             return {"input_ids": ids, "labels": labels, "position_ids": torch.from_numpy(cols["position_ids"])}
-        length = torch.from_numpy(cols["length"])
         if not self.attention_mask:
-            return {"input_ids": ids, "length": length, "labels": labels}
-        mask = torch.lt(self._arange, length.unsqueeze(1)).to(torch.int32)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+            return {"input_ids": ids, "length": torch.from_numpy(cols["length"]), "labels": labels}
+        return {"input_ids": ids, "attention_mask": self._mask(cols["length"]), "labels": labels}
+
+    def _mask(self, length):
+        if self._mask_table is not None:
+            # Row n of the table is n ones then zeros: one gather per batch.
+            return torch.from_numpy(self._mask_table.take(length, axis=0))
+        L = self.manifest.seq_len
+        return torch.from_numpy(np.less(np.arange(L, dtype=np.int32), length[:, None],
+                                        out=np.empty((len(length), L), np.int32)))
 
     # -- state -----------------------------------------------------------
     def state_dict(self):

@@ -305,6 +305,11 @@ class ShardFile:
         self._batches = entry["batches"]
         self._starts = [b["row_start"] for b in self._batches]
         self._cols = [None] * len(self._batches)
+        # dataprep writes record batches of batch_rows rows (the last one may
+        # be shorter): then row -> record batch is a division.
+        br = manifest.batch_rows
+        self._uniform = all(b["row_start"] == k * br for k, b in enumerate(self._batches))
+        self._br = br
 
     # -- columns ---------------------------------------------------------
     def _arr(self, buf, dtype, count):
@@ -324,11 +329,20 @@ class ShardFile:
             }
             if self._mode == "pack":
                 cols["position_ids"] = self._arr(bufs["position_ids"], np.int32, n * L).reshape(n, L)
+            ln = cols["length"]
+            if n and (int(ln.min()) < 0 or int(ln.max()) > L):
+                bad = int(np.flatnonzero((ln < 0) | (ln > L))[0])
+                raise ShardError(
+                    f"{self.path}: byte {bufs['length']['offset'] + 4 * bad}: length of row "
+                    f"{b['row_start'] + bad} is {int(ln[bad])}, want 0..{L} (seq_len)"
+                )
             self._cols[k] = cols
         return cols
 
     def locate(self, row):
         """(record batch index, row within it) of shard row ``row``."""
+        if self._uniform:
+            return divmod(row, self._br)
         k = bisect.bisect_right(self._starts, row) - 1
         return k, row - self._starts[k]
 
@@ -350,26 +364,16 @@ class ShardFile:
             k, i = k + 1, 0
         return {c: np.concatenate(p) for c, p in parts.items()}, False
 
-    def prefetch(self, row, rows):
-        """Ask the kernel to read shard rows [row, row+rows) ahead (madvise WILLNEED)."""
-        if not hasattr(self._mm, "madvise"):
-            return
-        k, i = self.locate(row)
-        b = self._batches[k]
-        n = min(rows, b["rows"] - i)
-        L = self._L
-        page = mmap.PAGESIZE
-        for c in _ROW_COLUMNS:
-            buf = b["buffers"].get(c)
-            if buf is None:
-                continue
-            start = buf["offset"] + i * L * 4
-            a = start - start % page
-            end = start + n * L * 4
-            try:
-                self._mm.madvise(mmap.MADV_WILLNEED, a, end - a)
-            except (OSError, ValueError):
-                return
+    def prefetch(self, max_bytes=1 << 30):
+        """Ask the kernel to read the whole shard ahead (one madvise(WILLNEED),
+        asynchronous), when it is at most ``max_bytes``. Returns whether it did."""
+        if self.size > max_bytes or not hasattr(self._mm, "madvise"):
+            return False
+        try:
+            self._mm.madvise(mmap.MADV_WILLNEED)
+        except (OSError, ValueError):
+            return False
+        return True
 
     def segments(self, row):
         """The source records in shard row ``row``: a list of (sample, start, length)."""

@@ -270,3 +270,18 @@ def test_rank_from_torchrun_env(make_shards, monkeypatch):
     assert ferry.resolve_dist() == ferry.DistInfo(0, 1, 0, "single")
     with pytest.raises(ValueError, match="both"):
         ferry.Loader(d, 2, rank=0)
+
+
+def test_blocks_straddling_record_batches_are_copied(make_shards):
+    # Record batches of 6 rows, batches of 4: every other block straddles.
+    d = make_shards(ranks=1, rows=24, seq_len=8, extra=("-batch-rows", "6"))
+    with pytest.warns(UserWarning, match="copied"):
+        ld = ferry.Loader(d, 4, rank=0, world_size=1, shuffle=False)
+    m = ld.manifest
+    assert [b["rows"] for b in m.files[0]["batches"]] == [6, 6, 6, 6]
+    for (_, row, rows), b in zip(ld.schedule(), ld):
+        for col in ("input_ids", "labels"):
+            np.testing.assert_array_equal(b[col].numpy(), read_rows(d, m, 0, col, row, rows))
+        inside = locate(ld, b["input_ids"]) is not None
+        assert inside == (row // 6 == (row + rows - 1) // 6)
+    assert ld.copies == 2  # rows 4..7 and 16..19
