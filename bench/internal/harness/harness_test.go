@@ -251,6 +251,43 @@ func TestRunJobPairing(t *testing.T) {
 	}
 }
 
+func TestRunJobCheckWithoutWarmup(t *testing.T) {
+	fr := &fakeRunner{wall: map[string][]float64{"F": {1, 1}, "A": {2, 2}}}
+	j := testJob()
+	var callsAtCheck int
+	j.Check = func() (string, error) { callsAtCheck = len(fr.calls); return "ok", nil }
+	r, err := RunJob(context.Background(), j, Options{Pairs: 2, Runner: fr.run})
+	if err != nil || r.Status != StatusOK || r.Check != "ok" {
+		t.Fatal(err, r.Status, r.Reason)
+	}
+	if callsAtCheck != 2 {
+		t.Errorf("check ran after %d runs, want 2 (the first pair)", callsAtCheck)
+	}
+}
+
+func TestRunJobExtra(t *testing.T) {
+	fr := &fakeRunner{wall: map[string][]float64{"F": {1, 2}, "A": {4, 4}}}
+	j := testJob()
+	j.Extra = []Metric{{Name: "mbps", Unit: "MB/s", HigherIsBetter: true}, {Name: "F_us", Unit: "µs"}}
+	r, err := RunJob(context.Background(), j, Options{Pairs: 2, Runner: fr.run})
+	if err != nil || r.Status != StatusOK {
+		t.Fatal(err, r.Reason)
+	}
+	// mbps = 100/wall on both sides; F_us only on the ferry side, so it is left out.
+	if len(r.Extra) != 1 || r.Extra[0].Metric.Name != "mbps" {
+		t.Fatalf("extra %+v", r.Extra)
+	}
+	if want := (Summary{3, 2, 4, 2}); r.Extra[0].Ratio != want {
+		t.Errorf("extra ratio %+v, want %+v", r.Extra[0].Ratio, want)
+	}
+	var b bytes.Buffer
+	res := &Results{Jobs: []JobResult{r}}
+	res.WriteTable(&b)
+	if !strings.Contains(b.String(), "└ mbps") {
+		t.Errorf("table lacks the extra row:\n%s", b.String())
+	}
+}
+
 func TestRunJobBenchMetric(t *testing.T) {
 	fr := &fakeRunner{wall: map[string][]float64{"F": {1, 2}, "A": {4, 4}}}
 	j := testJob()

@@ -44,8 +44,8 @@ type Job struct {
 	// Unavailable, when set, says why the job cannot run (a program that
 	// does not exist yet, a missing tool): it is reported, never dropped.
 	Unavailable string
-	// Check, when set, runs once after the warm-up and verifies the two
-	// sides' outputs (e.g. identical token IDs). Its message is recorded;
+	// Check, when set, runs once after the warm-up (or the first pair when
+	// there is none) and verifies the two sides' outputs (e.g. identical token IDs). Its message is recorded;
 	// an error fails the job, since a fast wrong answer is no result.
 	Check func() (string, error)
 }
@@ -164,11 +164,22 @@ func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
 			return fail(fmt.Errorf("warm-up: %w", err))
 		}
 	}
-	if j.Check != nil {
+	// The check looks at the outputs of the first runs: the warm-up's, or
+	// the first pair's when there is no warm-up.
+	check := func() error {
+		if j.Check == nil {
+			return nil
+		}
 		msg, err := j.Check()
 		r.Check = msg
 		if err != nil {
-			return fail(fmt.Errorf("output check: %w", err))
+			return fmt.Errorf("output check: %w", err)
+		}
+		return nil
+	}
+	if o.Warmup > 0 {
+		if err := check(); err != nil {
+			return fail(err)
 		}
 	}
 	var fv, av []float64
@@ -176,6 +187,11 @@ func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
 		f, a, err := runPair()
 		if err != nil {
 			return fail(fmt.Errorf("pair %d: %w", i+1, err))
+		}
+		if i == 0 && o.Warmup == 0 {
+			if err := check(); err != nil {
+				return fail(err)
+			}
 		}
 		fx, err := sideValue(j.Ferry, j.Metric, f)
 		if err != nil {
