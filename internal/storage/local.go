@@ -55,8 +55,22 @@ func (r *localReader) ReadAt(p []byte, off int64) (int, error) { return r.f.Read
 func (r *localReader) Size() int64                             { return r.size }
 func (r *localReader) Close() error                            { return r.f.Close() }
 
+// localStream is a sequential read of a local file. Copying it into a
+// local Writer with io.Copy uses copy_file_range(2), as cp does.
 type localStream struct {
-	*os.File
+	f *os.File
+}
+
+func (s localStream) Read(p []byte) (int, error) { return s.f.Read(p) }
+func (s localStream) Close() error               { return s.f.Close() }
+
+// WriteTo copies the rest of the file to w, in the kernel when w is a local
+// Writer.
+func (s localStream) WriteTo(w io.Writer) (int64, error) {
+	if lw, ok := w.(*localWriter); ok {
+		return lw.ReadFrom(s.f)
+	}
+	return io.Copy(w, onlyReader{s.f})
 }
 
 func openLocalStream(ctx context.Context, path string) (io.ReadCloser, int64, error) {
@@ -66,7 +80,7 @@ func openLocalStream(ctx context.Context, path string) (io.ReadCloser, int64, er
 	}
 	lr := r.(*localReader)
 	adviseSequential(lr.f)
-	return localStream{lr.f}, lr.size, nil
+	return localStream{f: lr.f}, lr.size, nil
 }
 
 func statLocal(ctx context.Context, path string) (Info, error) {
@@ -184,6 +198,50 @@ func createLocal(ctx context.Context, path string, cfg *config) (Writer, error) 
 		cfg:  cfg,
 	}, nil
 }
+
+// copyChunk is how much ReadFrom copies between checks of the context.
+var copyChunk int64 = 64 << 20 // a variable for tests
+
+// ReadFrom copies r to the file. When r is a file the kernel copies the
+// bytes (copy_file_range or splice); the context is checked every 64 MiB.
+func (w *localWriter) ReadFrom(r io.Reader) (int64, error) {
+	if ls, ok := r.(localStream); ok {
+		r = ls.f
+	}
+	f, ok := r.(*os.File)
+	if !ok {
+		return io.Copy(onlyWriter{w}, r)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.done {
+		return 0, pathError("write", w.path, ErrClosed)
+	}
+	if err := w.bw.Flush(); err != nil {
+		w.fail(fmt.Errorf("storage: write %s (%d bytes written): %w", w.path, w.n, unwrapPathErr(err)))
+		return 0, w.err
+	}
+	var total int64
+	for {
+		if err := w.ctx.Err(); err != nil {
+			w.fail(pathError("write", w.path, err))
+			return total, w.err
+		}
+		n, err := w.f.ReadFrom(io.LimitReader(f, copyChunk))
+		total += n
+		w.n += n
+		if err != nil {
+			w.fail(fmt.Errorf("storage: write %s (%d bytes written): %w", w.path, w.n, unwrapPathErr(err)))
+			return total, w.err
+		}
+		if n < copyChunk {
+			return total, nil
+		}
+	}
+}
+
+type onlyWriter struct{ io.Writer }
 
 func (w *localWriter) Write(p []byte) (int, error) {
 	if w.err != nil {

@@ -305,3 +305,43 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalCopy copies a file with io.Copy(Writer, OpenStream(...)), which
+// takes the in-kernel path, and checks the bytes.
+func TestLocalCopy(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	defer func(c int64) { copyChunk = c }(copyChunk)
+	copyChunk = 1 << 20
+	data := randBytes(int(3*copyChunk+5), 21) // several chunks of the copy loop
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := OpenStream(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	head := make([]byte, 1000)
+	if _, err := io.ReadFull(s, head); err != nil { // the copy continues from here
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "dst")
+	w, err := Create(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	w.Write(head)
+	if n, err := io.Copy(w, s); err != nil || n != int64(len(data)-1000) {
+		t.Fatalf("io.Copy = %d, %v", n, err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("copy differs (%d bytes, %v)", len(got), err)
+	}
+}

@@ -11,7 +11,7 @@
 // if FERRY_REQUIRE_TOOLS=1 (as `make test` sets) and skips it otherwise.
 //
 // A Server belongs to one test: Start registers its shutdown with
-// t.Cleanup. Methods are safe for concurrent use except Kill and Restart.
+// t.Cleanup (Launch starts one outside tests, for benchmarks). Methods are safe for concurrent use except Kill and Restart.
 package s3server
 
 import (
@@ -73,19 +73,33 @@ func Binary() string {
 // directory and random root credentials, and waits until it answers.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := Binary()
-	if bin == "" {
+	if Binary() == "" {
 		msg := "versitygw not found on PATH or in $(go env GOPATH)/bin; install it with: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (or run scripts/setup-test-deps)"
 		if os.Getenv("FERRY_REQUIRE_TOOLS") == "1" {
 			t.Fatalf("s3server: %s", msg)
 		}
 		t.Skipf("s3server: %s; skipped (set FERRY_REQUIRE_TOOLS=1 to fail instead)", msg)
 	}
+	s, err := Launch(t.TempDir())
+	if err != nil {
+		t.Fatalf("s3server: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Launch starts versitygw outside a test (benchmarks), keeping its data in
+// dir. The caller stops it with Kill.
+func Launch(dir string) (*Server, error) {
+	bin := Binary()
+	if bin == "" {
+		return nil, fmt.Errorf("versitygw not found on PATH or in $(go env GOPATH)/bin; install it with: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
+	}
 	s := &Server{
 		AccessKey: "ferrytest" + randHex(4),
 		SecretKey: randHex(20),
 		Region:    "us-east-1",
-		Dir:       t.TempDir(),
+		Dir:       dir,
 		bin:       bin,
 	}
 	var err error
@@ -96,14 +110,10 @@ func Start(t testing.TB) *Server {
 		}
 		s.Endpoint = "http://" + s.addr
 		if err = s.start(); err == nil {
-			break
+			return s, nil
 		}
 	}
-	if err != nil {
-		t.Fatalf("s3server: %v", err)
-	}
-	t.Cleanup(s.Kill)
-	return s
+	return nil, err
 }
 
 func randHex(n int) string {
@@ -206,15 +216,20 @@ func (s *Server) Restart(t testing.TB) {
 // Client returns a minio-go client for the server with its root credentials.
 func (s *Server) Client(t testing.TB) *minio.Client {
 	t.Helper()
-	c, err := minio.New(s.addr, &minio.Options{
-		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-		Region:       s.Region,
-		BucketLookup: minio.BucketLookupPath,
-	})
+	c, err := s.NewClient()
 	if err != nil {
 		t.Fatalf("s3server: client: %v", err)
 	}
 	return c
+}
+
+// NewClient is Client for use outside tests.
+func (s *Server) NewClient() (*minio.Client, error) {
+	return minio.New(s.addr, &minio.Options{
+		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Region:       s.Region,
+		BucketLookup: minio.BucketLookupPath,
+	})
 }
 
 // Bucket creates a bucket and returns its URL, "s3://name".
