@@ -138,3 +138,24 @@ def test_torchrun_example_end_to_end(tmp_path):
     with open(metrics) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == list(range(1, 21)) + [21, 22, 23]
+
+
+@pytest.mark.e2e
+def test_ray_example_worker_mode_on_cpu(make_shards, tmp_path):
+    """examples/ray-train's train_func without Ray (not installed here):
+    2 ranks under torchrun, ferry.Loader, DDP on gloo, sharded DCP save."""
+    data = make_shards(ranks=2, rows=64, seq_len=32)
+    ckpt = tmp_path / "dcp"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "python"))
+    example = os.path.join(REPO, "examples", "ray-train", "train_ray.py")
+    r = run([sys.executable, TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+             example, "--worker", "--cpu", "--data-dir", data, "--checkpoint-dir", str(ckpt), "--batch-size", "2",
+             "--max-steps", "6", "--vocab-size", "51000"], cwd=tmp_path, env=env)
+    steps = [json.loads(line)["step"] for line in r.stdout.splitlines() if line.startswith("{")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    with open(ckpt / "latest.json") as f:
+        name = json.load(f)["checkpoint"]
+    assert name == "step-00000006" and (ckpt / name / ".metadata").exists()
+    with open(ckpt / name / "ferry-train-state.json") as f:
+        st = json.load(f)["loader"]
+    assert st["consumed_blocks"] == 6 * 2 and st["world_size"] == 2

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Distributed fine-tuning with Ray Train on a single 8x H100 node, fed by ferry.
+
+The seed workload (Qwen2.5-3B, Ray Train TorchTrainer, one worker per GPU)
+with three changes:
+
+1. The driver runs ``dataprep`` once before ``trainer.fit()``: Alpaca is
+   tokenized into one Arrow shard per worker. Workers no longer load and
+   tokenize the dataset; ``ferry.Loader`` (rank and world size from Ray
+   Train's context) replaces ``DataLoader`` + ``prepare_data_loader``'s
+   DistributedSampler and yields zero-copy views of the worker's shard.
+2. The model is wrapped with FSDP (``prepare_model(parallel_strategy="fsdp")``)
+   and saved as a sharded DCP checkpoint: every worker writes its own
+   shards, nothing is gathered. The loader's resume point is saved with it
+   and the checkpoint is reported to Ray Train.
+3. After ``fit()``, the driver runs ``ckptmerge``: last checkpoint -> HF
+   safetensors in ``--output-dir`` (a volume).
+
+CPU mode for tests (``--cpu``): a tiny model defined below, gloo and DDP (torch 1.13's FSDP needs CUDA). ``--worker`` runs train_func
+directly under torchrun, without Ray (for machines without Ray installed).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+
+import torch
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import ferry
+except ImportError:  # running from a ferry checkout
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    import ferry
+import ferry.dcp
+
+MODEL_NAME = "Qwen/Qwen2.5-3B"
+DATASET_NAME = "tatsu-lab/alpaca"
+MAX_SEQ_LEN = 1024
+
+
+class TinyLM(torch.nn.Module):
+    """CPU stand-in for the causal LM: embedding, causal running-mean mixer,
+    MLP, untied head; HF-style call and shifted loss (-100 ignored)."""
+
+    def __init__(self, vocab_size, dim=16):
+        super().__init__()
+        nn = torch.nn
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.mix = nn.Linear(2 * dim, dim)
+        self.mlp_in = nn.Linear(dim, 4 * dim)
+        self.mlp_out = nn.Linear(4 * dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+
+    def forward(self, input_ids, attention_mask=None, labels=None, position_ids=None):
+        F = torch.nn.functional
+        h = self.embed(input_ids)
+        if attention_mask is not None:
+            h = h * attention_mask.unsqueeze(-1).to(h.dtype)
+        ctx = h.cumsum(1) / torch.arange(1, h.shape[1] + 1, device=h.device).view(1, -1, 1)
+        h = h + torch.tanh(self.mix(torch.cat([h, ctx], -1)))
+        h = h + self.mlp_out(F.gelu(self.mlp_in(h)))
+        logits = self.head(self.norm(h))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                   ignore_index=-100)
+        return types.SimpleNamespace(loss=loss, logits=logits)
+
+
+def _ray_train():
+    try:
+        import ray.train
+
+        ray.train.get_context().get_world_size()
+        return ray.train
+    except Exception:
+        return None
+
+
+def report(metrics, checkpoint_dir=None):
+    """ray.train.report inside a Ray Train worker; a print otherwise."""
+    rt = _ray_train()
+    if rt is not None:
+        # The checkpoint directory is shared by all workers (each wrote its
+        # own shards into it): rank 0 alone hands it to Ray.
+        ckpt = None
+        if checkpoint_dir and rt.get_context().get_world_rank() == 0:
+            ckpt = rt.Checkpoint.from_directory(checkpoint_dir)
+        rt.report(metrics, checkpoint=ckpt)
+    elif int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(metrics), flush=True)
+
+
+def build_model(config, device):
+    """(model, is_fsdp)."""
+    if config["cpu"]:
+        torch.manual_seed(config.get("seed", 0))
+        model = TinyLM(config.get("vocab_size", 151936)).to(device)
+        return torch.nn.parallel.DistributedDataParallel(model), False
+    from ray.train.torch import prepare_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(MODEL_NAME, torch_dtype=torch.bfloat16)
+    model.config.use_cache = False
+    # FSDP instead of the seed's DDP, so the checkpoint is sharded.
+    model = prepare_model(model, parallel_strategy="fsdp",
+                          parallel_strategy_kwargs={"use_orig_params": True})
+    return model, True
+
+
+def model_state(model, is_fsdp):
+    if is_fsdp:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            return model.state_dict()
+    return model.module.state_dict()
+
+
+def save_checkpoint(config, model, is_fsdp, loader, step):
+    path = os.path.join(config["checkpoint_dir"], f"step-{step:08d}")
+    ferry.dcp.save(model_state(model, is_fsdp), path)  # every rank writes its own shards
+    dist.barrier()
+    if dist.get_rank() == 0:
+        state = {"step": step, "loader": loader.state_dict()}
+        with open(os.path.join(path, "ferry-train-state.json"), "w") as f:
+            json.dump(state, f)
+        tmp = os.path.join(config["checkpoint_dir"], "latest.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"checkpoint": os.path.basename(path), "step": step}, f)
+        os.replace(tmp, os.path.join(config["checkpoint_dir"], "latest.json"))
+    dist.barrier()
+    return path
+
+
+def train_func(config: dict):
+    """Runs on every Ray Train worker (one per GPU), or under torchrun with --worker."""
+    rt = _ray_train()
+    if rt is None and not dist.is_initialized():
+        dist.init_process_group(backend="gloo" if config["cpu"] else "nccl")
+    rank = dist.get_rank()
+    if config["cpu"]:
+        device = torch.device("cpu")
+    else:
+        from ray.train.torch import get_device
+
+        device = get_device()
+
+    model, is_fsdp = build_model(config, device)
+
+    # ferry replaces build_dataset + DataLoader + prepare_data_loader: the
+    # worker's rank and the world size come from Ray Train's context.
+    loader = ferry.Loader(config["data_dir"], config["batch_size"], drop_last=True, seed=config.get("seed", 0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"])
+
+    use_mlflow = rank == 0 and bool(os.environ.get("MLFLOW_RUN_ID"))
+    if use_mlflow:
+        import mlflow
+
+        mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID"))
+        mlflow.log_params({"model": MODEL_NAME, "lr": config["lr"], "batch_size": config["batch_size"]})
+
+    model.train()
+    step = 0
+    while step < config["max_steps"]:
+        for batch in loader:
+            batch = ferry.to_device(batch, device)  # ids/labels -> int64 on the device
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            loss = out.loss.detach()
+            dist.all_reduce(loss)
+            loss = loss.item() / dist.get_world_size()
+            if step >= config["max_steps"]:
+                break
+            report({"loss": loss, "step": step})
+            if use_mlflow:
+                mlflow.log_metric("train_loss", loss, step=step)
+
+    path = save_checkpoint(config, model, is_fsdp, loader, step)
+    report({"loss": loss, "step": step}, checkpoint_dir=path)
+    if use_mlflow:
+        mlflow.end_run()
+
+
+def run_dataprep(args, ranks):
+    """Tokenize once, before training (skipped when the output is complete)."""
+    if os.path.exists(os.path.join(args.data_dir, "manifest.json")):
+        print(f"dataprep: {args.data_dir} is complete; not re-run", flush=True)
+        return
+    cmd = [args.dataprep, "--input", args.input, "--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len),
+           "--ranks", str(ranks), "--out", args.data_dir]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def run_ckptmerge(args):
+    with open(os.path.join(args.checkpoint_dir, "latest.json")) as f:
+        last = json.load(f)["checkpoint"]
+    cmd = [args.ckptmerge, "--out", args.output_dir]
+    if args.config_from:
+        cmd += ["--config-from", args.config_from]
+    cmd.append(os.path.join(args.checkpoint_dir, last))
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--input", default="/tmp/ferry-ds/alpaca.parquet", help="Alpaca json/jsonl/parquet (or s3://)")
+    ap.add_argument("--tokenizer", default="/tmp/ferry-tok", help="directory with tokenizer.json")
+    ap.add_argument("--seq-len", type=int, default=MAX_SEQ_LEN)
+    ap.add_argument("--data-dir", default="/local_disk0/ferry-data")
+    ap.add_argument("--checkpoint-dir", default="/local_disk0/ferry-dcp", help="shared by all workers")
+    ap.add_argument("--output-dir", default="/Volumes/main/default/air_checkpoints/qwen25-3b-sft")
+    ap.add_argument("--config-from", default="/tmp/ferry-tok", help="config.json + tokenizer files for the output")
+    ap.add_argument("--dataprep", default=os.path.join(HERE, "bin", "dataprep"))
+    ap.add_argument("--ckptmerge", default=os.path.join(HERE, "bin", "ckptmerge"))
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--max-steps", type=int, default=100)
+    ap.add_argument("--num-workers", type=int, default=0, help="default: every GPU of the Ray cluster")
+    ap.add_argument("--cpu", action="store_true", help="tiny model, gloo, DDP (tests)")
+    ap.add_argument("--vocab-size", type=int, default=151936)
+    ap.add_argument("--worker", action="store_true",
+                    help="run train_func directly (under torchrun), without Ray; dataprep/ckptmerge not run")
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
+    config = {"lr": args.lr if not args.cpu else max(args.lr, 1e-2), "batch_size": args.batch_size,
+              "max_steps": args.max_steps, "data_dir": args.data_dir, "checkpoint_dir": args.checkpoint_dir,
+              "cpu": args.cpu, "vocab_size": args.vocab_size}
+    if args.worker:
+        train_func(config)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
+
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    ray.init(address="auto")
+    workers = args.num_workers or int(ray.cluster_resources().get("GPU", 0))
+    print(f"Ray cluster ready: {workers} worker(s)", flush=True)
+    t0 = time.time()
+    run_dataprep(args, workers)  # one shard per worker
+    print(f"dataprep: {time.time() - t0:.1f}s", flush=True)
+
+    trainer = TorchTrainer(
+        train_func,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=not args.cpu),
+        torch_config=TorchConfig(backend="gloo" if args.cpu else "nccl"),
+        run_config=RunConfig(storage_path="/tmp/ray_results", name="qwen-sft"),
+    )
+    result = trainer.fit()
+    print(f"Training finished. Final metrics: {result.metrics}", flush=True)
+    run_ckptmerge(args)
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
