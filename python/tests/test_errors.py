@@ -146,3 +146,15 @@ def test_batch_larger_than_shard(good):
         ferry.Loader(good, 64, rank=0, world_size=2, drop_last=True)
     ld = ferry.Loader(good, 64, rank=0, world_size=2)
     assert [b["input_ids"].shape[0] for b in ld] == [10]
+
+
+def test_bad_length_value(good, tmp_path):
+    d = copy_of(good, tmp_path)
+    m = ferry.read_manifest(d)
+    off = m.files[0]["batches"][0]["buffers"]["length"]["offset"] + 4 * 3
+    with open(shard0(d), "r+b") as f:
+        f.seek(off)
+        f.write((10_000).to_bytes(4, "little"))
+    ld = ferry.Loader(d, 2, rank=0, world_size=2, shuffle=False)
+    with pytest.raises(ferry.ShardError, match=rf"byte {off}: length of row 3 is 10000, want 0..8"):
+        list(ld)

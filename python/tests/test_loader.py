@@ -285,3 +285,21 @@ def test_blocks_straddling_record_batches_are_copied(make_shards):
         inside = locate(ld, b["input_ids"]) is not None
         assert inside == (row // 6 == (row + rows - 1) // 6)
     assert ld.copies == 2  # rows 4..7 and 16..19
+
+
+def test_pickle_round_trip_remaps(make_shards):
+    # DataLoader workers started with "spawn" get a pickled Loader: it must
+    # carry its position, not its mappings, and map the files again.
+    import pickle
+
+    d = make_shards(ranks=2, rows=40, seq_len=8)
+    ld = ferry.Loader(d, 2, rank=0, world_size=2, seed=4)
+    it = iter(ld)
+    next(it), next(it)
+    clone = pickle.loads(pickle.dumps(ld))
+    assert all(f is None for f in clone.shards._files)
+    rest = [b["input_ids"].clone() for b in it]
+    again = list(clone)
+    assert len(again) == len(rest) == ld.steps_per_epoch - 2
+    assert all(torch.equal(x["input_ids"], y) for x, y in zip(again, rest))
+    assert locate(clone, again[0]["input_ids"]) is not None  # a view of clone's own mapping
