@@ -1,0 +1,380 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryml/ferry/internal/storage"
+)
+
+// DirConfig describes a shard directory to write. Zero values take the
+// defaults stated on each field.
+type DirConfig struct {
+	SeqLen    int    // required
+	Mode      Mode   // required
+	Labels    Labels // required
+	Ranks     int    // required, 1..MaxRanks
+	Seed      uint64
+	DropLast  bool
+	BatchRows int // default DefaultBatchRows
+	Workers   int // ranks written in parallel; default GOMAXPROCS
+	// Force replaces an existing result; without it a directory that holds
+	// manifest.json gives ErrExists.
+	Force        bool
+	Template     string
+	TemplateText string
+	Tokenizer    TokenizerInfo
+	CreatedBy    string // default "ferry (goX.Y)"
+	Stats        Stats  // copied into the manifest; Tokens, PadTokens and Efficiency are computed
+	// StageDir holds shards on local disk before upload when the output is
+	// s3://; default os.TempDir().
+	StageDir string
+	// Progress, when set, is called (from several goroutines) with the
+	// number of rows just written.
+	Progress func(rows int)
+}
+
+// WriteDir writes one shard per rank and then manifest.json into out (a
+// local directory, created if needed, or an s3:// prefix), laying out the
+// source's unique rows as Assign defines. Every shard is written to a
+// temporary file, synced, mapped and checked, then renamed (or uploaded)
+// into place; manifest.json is written last the same way, so a run that
+// fails or is killed at any point leaves no manifest.json. With Force, an
+// existing manifest.json is removed before anything else is written.
+func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*Manifest, error) {
+	if cfg.BatchRows == 0 {
+		cfg.BatchRows = DefaultBatchRows
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
+	if cfg.CreatedBy == "" {
+		cfg.CreatedBy = "ferry (" + runtime.Version() + ")"
+	}
+	probe := FileMeta{Rank: 0, Ranks: cfg.Ranks, SeqLen: cfg.SeqLen, Mode: cfg.Mode, Labels: cfg.Labels}
+	if err := probe.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.BatchRows < 1 || cfg.BatchRows > 1<<20 {
+		return nil, fmt.Errorf("%w: batch_rows %d", ErrConfig, cfg.BatchRows)
+	}
+	unique := src.NumRows()
+	order, rowsPerRank, err := Assign(unique, cfg.Ranks, cfg.Seed, cfg.DropLast)
+	if err != nil {
+		return nil, err
+	}
+	s3 := storage.IsS3(out)
+	stage := out
+	if s3 {
+		base := cfg.StageDir
+		if base == "" {
+			base = os.TempDir()
+		}
+		if stage, err = os.MkdirTemp(base, "ferry-shards-"); err != nil {
+			return nil, fmt.Errorf("shard: staging directory: %w", err)
+		}
+		defer os.RemoveAll(stage)
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
+	if err := prepareOut(ctx, out, cfg.Force); err != nil {
+		return nil, err
+	}
+
+	m := &Manifest{
+		Format: FormatName, Version: FormatVersion, CreatedBy: cfg.CreatedBy,
+		SeqLen: cfg.SeqLen, Mode: cfg.Mode, Labels: cfg.Labels, Ranks: cfg.Ranks,
+		RowsPerRank: rowsPerRank, UniqueRows: unique, TotalRows: rowsPerRank * cfg.Ranks,
+		DropLast: cfg.DropLast, Seed: cfg.Seed, BatchRows: cfg.BatchRows,
+		Template: cfg.Template, TemplateText: cfg.TemplateText, Tokenizer: cfg.Tokenizer,
+		Files: make([]FileEntry, cfg.Ranks), Stats: cfg.Stats,
+	}
+	var tokens atomic.Int64 // non-pad tokens over the distinct rows written
+	layout := Layout{SeqLen: cfg.SeqLen, Mode: cfg.Mode}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cfg.Workers)
+	for rank := range cfg.Ranks {
+		g.Go(func() error {
+			meta := FileMeta{Rank: rank, Ranks: cfg.Ranks, SeqLen: cfg.SeqLen, Mode: cfg.Mode, Labels: cfg.Labels,
+				TokenizerSHA256: cfg.Tokenizer.SHA256}
+			name := FileName(rank, cfg.Ranks)
+			row := layout.NewRow()
+			var tok int64
+			fe, err := writeFile(gctx, stage, name, meta, cfg.BatchRows, rowsPerRank, func(j int) (*Row, error) {
+				p := j*cfg.Ranks + rank
+				if err := src.FillRow(int(order[p]), row); err != nil {
+					return nil, err
+				}
+				if p < unique {
+					tok += int64(row.Length)
+				}
+				return row, nil
+			}, cfg.Progress)
+			if err != nil {
+				return err
+			}
+			if s3 {
+				if err := upload(gctx, filepath.Join(stage, name), storage.Join(out, name)); err != nil {
+					return err
+				}
+				_ = os.Remove(filepath.Join(stage, name))
+			}
+			tokens.Add(tok)
+			m.Files[rank] = fe
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	distinct := min(unique, m.TotalRows)
+	m.Stats.Tokens = tokens.Load()
+	m.Stats.PadTokens = int64(distinct)*int64(cfg.SeqLen) - m.Stats.Tokens
+	if distinct > 0 {
+		m.Stats.Efficiency = float64(m.Stats.Tokens) / (float64(distinct) * float64(cfg.SeqLen))
+	}
+	if cfg.DropLast {
+		m.Stats.RowsDropped = int64(unique - m.TotalRows)
+	} else {
+		m.Stats.RowsRepeated = int64(m.TotalRows - unique)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("shard: internal error: %w", err)
+	}
+	if err := WriteManifest(ctx, out, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// WriteManifest writes m as out/manifest.json atomically (temp + rename, or
+// one S3 object), replacing any previous one.
+func WriteManifest(ctx context.Context, out string, m *Manifest) error {
+	data, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	w, err := storage.Create(ctx, storage.Join(out, ManifestName), storage.WithOverwrite(true))
+	if err != nil {
+		return fmt.Errorf("shard: manifest: %w", err)
+	}
+	defer w.Abort()
+	if _, err := w.Write(data); err != nil {
+		return fmt.Errorf("shard: manifest: %w", err)
+	}
+	if err := w.Commit(); err != nil {
+		return fmt.Errorf("shard: manifest: %w", err)
+	}
+	return nil
+}
+
+// prepareOut refuses an existing result unless force, in which case it
+// removes manifest.json first (so that a later failure cannot leave an old
+// manifest describing new files). It then removes the shards (and local
+// temporary files) of any earlier, replaced or unfinished run.
+func prepareOut(ctx context.Context, out string, force bool) error {
+	mloc := storage.Join(out, ManifestName)
+	_, err := storage.Stat(ctx, mloc)
+	switch {
+	case err == nil && !force:
+		return fmt.Errorf("%w: %s (use --force to replace it)", ErrExists, mloc)
+	case err == nil:
+		if err := storage.Remove(ctx, mloc); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("shard: remove old manifest: %w", err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("shard: %w", err)
+	}
+	stale := func(base string) bool {
+		return strings.HasPrefix(base, "rank-") && strings.HasSuffix(base, ".arrow") ||
+			strings.HasPrefix(base, ".rank-") && strings.Contains(base, ".arrow.ferry-tmp-")
+	}
+	if !storage.IsS3(out) {
+		ents, err := os.ReadDir(out)
+		if err != nil {
+			return fmt.Errorf("shard: %w", err)
+		}
+		for _, e := range ents {
+			if !e.IsDir() && stale(e.Name()) {
+				if err := os.Remove(filepath.Join(out, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("shard: remove stale shard: %w", err)
+				}
+			}
+		}
+		return nil
+	}
+	prefix := strings.TrimSuffix(out, "/") + "/"
+	infos, err := storage.List(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("shard: %w", err)
+	}
+	for _, in := range infos {
+		base, ok := strings.CutPrefix(in.Loc, prefix)
+		if ok && !strings.Contains(base, "/") && stale(base) {
+			if err := storage.Remove(ctx, in.Loc); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("shard: remove stale shard: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// writeFile writes rows rows (from next) as dir/name through a temporary
+// file, then maps it, checks it and returns its manifest entry.
+func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, rows int,
+	next func(j int) (*Row, error), progress func(int)) (fe FileEntry, err error) {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, "."+name+".ferry-tmp-"+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fe, fmt.Errorf("shard: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := newBufWriter(f)
+	w, err := NewWriter(bw, meta, WithBatchRows(batchRows))
+	if err != nil {
+		return fe, err
+	}
+	const tick = 256
+	for j := range rows {
+		if j%tick == 0 {
+			if err := ctx.Err(); err != nil {
+				return fe, context.Cause(ctx)
+			}
+			if progress != nil && j > 0 {
+				progress(tick)
+			}
+		}
+		row, err := next(j)
+		if err != nil {
+			return fe, fmt.Errorf("shard: %s row %d: %w", name, j, err)
+		}
+		if err := w.Add(row); err != nil {
+			return fe, fmt.Errorf("shard: %s: %w", name, err)
+		}
+	}
+	if progress != nil && rows > 0 {
+		progress((rows-1)%tick + 1)
+	}
+	if err := w.Close(); err != nil {
+		return fe, fmt.Errorf("shard: %s: %w", name, err)
+	}
+	if err := bw.flush(); err != nil {
+		return fe, fmt.Errorf("shard: %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fe, fmt.Errorf("shard: %s: %w", name, err)
+	}
+	r, err := Open(tmp)
+	if err != nil {
+		return fe, fmt.Errorf("shard: %s: written file does not read back: %w", name, err)
+	}
+	fe = fileEntry(r, meta.Rank, name)
+	r.Close()
+	if fe.Rows != rows {
+		return fe, fmt.Errorf("shard: %s: wrote %d rows, read back %d", name, rows, fe.Rows)
+	}
+	if err := f.Close(); err != nil {
+		return fe, fmt.Errorf("shard: %s: %w", name, err)
+	}
+	done = true
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp)
+		return fe, fmt.Errorf("shard: %w", err)
+	}
+	return fe, syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("shard: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("shard: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func upload(ctx context.Context, local, loc string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return fmt.Errorf("shard: %w", err)
+	}
+	defer f.Close()
+	w, err := storage.Create(ctx, loc, storage.WithOverwrite(true))
+	if err != nil {
+		return fmt.Errorf("shard: upload: %w", err)
+	}
+	defer w.Abort()
+	if _, err := io.Copy(w, f); err != nil {
+		return fmt.Errorf("shard: upload %s: %w", loc, err)
+	}
+	if err := w.Commit(); err != nil {
+		return fmt.Errorf("shard: upload %s: %w", loc, err)
+	}
+	return nil
+}
+
+// bufWriter is a minimal buffered writer (1 MiB) with a sticky error.
+type bufWriter struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func newBufWriter(w io.Writer) *bufWriter { return &bufWriter{w: w, buf: make([]byte, 0, 1<<20)} }
+
+func (b *bufWriter) Write(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if len(b.buf)+len(p) > cap(b.buf) {
+		if err := b.flush(); err != nil {
+			return 0, err
+		}
+		if len(p) >= cap(b.buf) {
+			if _, err := b.w.Write(p); err != nil {
+				b.err = err
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *bufWriter) flush() error {
+	if b.err != nil {
+		return b.err
+	}
+	if len(b.buf) > 0 {
+		if _, err := b.w.Write(b.buf); err != nil {
+			b.err = err
+			return err
+		}
+		b.buf = b.buf[:0]
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Format identifiers written into every shard's schema metadata and the manifest.
+const (
+	FormatName    = "ferry-shards"
+	FormatVersion = 1
+	ManifestName  = "manifest.json"
+
+	// IgnoreIndex is the label value that carries no loss (PyTorch's
+	// CrossEntropyLoss ignore_index).
+	IgnoreIndex = -100
+
+	// DefaultBatchRows is the default number of rows per record batch.
+	DefaultBatchRows = 1024
+
+	// MaxSeqLen bounds seq_len so that one row's byte size, and the offsets
+	// derived from it, always fit comfortably in int32/int64 arithmetic.
+	MaxSeqLen = 1 << 20
+	// MaxRanks bounds the number of shards in one directory.
+	MaxRanks = 1 << 16
+)
+
+// Column names.
+const (
+	ColInputIDs    = "input_ids"
+	ColLabels      = "labels"
+	ColPositionIDs = "position_ids"
+	ColLength      = "length"
+	ColSegments    = "segments"
+)
+
+// Schema metadata keys.
+const (
+	MetaFormat    = "ferry.format"
+	MetaVersion   = "ferry.version"
+	MetaRank      = "ferry.rank"
+	MetaRanks     = "ferry.ranks"
+	MetaSeqLen    = "ferry.seq_len"
+	MetaMode      = "ferry.mode"
+	MetaLabels    = "ferry.labels"
+	MetaTokenizer = "ferry.tokenizer_sha256"
+)
+
+// Errors. Every error returned by this package wraps one of these where it
+// applies, so callers can match with errors.Is.
+var (
+	// ErrCorrupt marks a shard or manifest that breaks the format contract.
+	ErrCorrupt = errors.New("shard: corrupt")
+	// ErrMismatch marks a shard that is well formed but does not match its manifest.
+	ErrMismatch = errors.New("shard: does not match manifest")
+	// ErrConfig marks an invalid writer configuration or row.
+	ErrConfig = errors.New("shard: invalid config")
+	// ErrTooFewRows is returned when there are fewer rows than ranks.
+	ErrTooFewRows = errors.New("shard: fewer rows than ranks")
+	// ErrExists is returned when the output directory already holds a result.
+	ErrExists = errors.New("shard: output already exists")
+	// ErrClosed is returned by a Writer or Reader used after Close.
+	ErrClosed = errors.New("shard: closed")
+)
+
+// Mode is how rows are made from examples.
+type Mode string
+
+// Modes.
+const (
+	ModePad  Mode = "pad"  // one example per row, right-padded
+	ModePack Mode = "pack" // whole examples packed into rows, position_ids restart per example
+)
+
+// Labels is the labels policy.
+type Labels string
+
+// Label policies.
+const (
+	LabelsMaskPad    Labels = "mask-pad"    // labels = input_ids, −100 on padding positions
+	LabelsCopy       Labels = "copy"        // labels = input_ids, padding included (seed parity)
+	LabelsMaskPrompt Labels = "mask-prompt" // −100 on padding and on the prompt
+)
+
+// ParseMode parses "pad" or "pack".
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case ModePad, ModePack:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("%w: mode %q, want pad or pack", ErrConfig, s)
+}
+
+// ParseLabels parses a labels policy name.
+func ParseLabels(s string) (Labels, error) {
+	switch Labels(s) {
+	case LabelsMaskPad, LabelsCopy, LabelsMaskPrompt:
+		return Labels(s), nil
+	}
+	return "", fmt.Errorf("%w: labels %q, want mask-pad, copy or mask-prompt", ErrConfig, s)
+}
+
+// FileName returns the shard file name of rank among ranks.
+func FileName(rank, ranks int) string {
+	return fmt.Sprintf("rank-%05d-of-%05d.arrow", rank, ranks)
+}
+
+// FileMeta is what one shard file states about itself in its schema metadata.
+type FileMeta struct {
+	Rank, Ranks     int
+	SeqLen          int
+	Mode            Mode
+	Labels          Labels
+	TokenizerSHA256 string
+}
+
+func (m FileMeta) validate() error {
+	if m.SeqLen < 1 || m.SeqLen > MaxSeqLen {
+		return fmt.Errorf("%w: seq_len %d, want 1..%d", ErrConfig, m.SeqLen, MaxSeqLen)
+	}
+	if m.Ranks < 1 || m.Ranks > MaxRanks {
+		return fmt.Errorf("%w: ranks %d, want 1..%d", ErrConfig, m.Ranks, MaxRanks)
+	}
+	if m.Rank < 0 || m.Rank >= m.Ranks {
+		return fmt.Errorf("%w: rank %d of %d", ErrConfig, m.Rank, m.Ranks)
+	}
+	if _, err := ParseMode(string(m.Mode)); err != nil {
+		return err
+	}
+	if _, err := ParseLabels(string(m.Labels)); err != nil {
+		return err
+	}
+	return nil
+}
+
+var segmentType = arrow.StructOf(
+	arrow.Field{Name: "sample", Type: arrow.PrimitiveTypes.Int64},
+	arrow.Field{Name: "start", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "length", Type: arrow.PrimitiveTypes.Int32},
+)
+
+func tokenListType(seqLen int) *arrow.FixedSizeListType {
+	t := arrow.FixedSizeListOfNonNullable(int32(seqLen), arrow.PrimitiveTypes.Int32)
+	return t
+}
+
+// Schema returns the Arrow schema of a shard with the given metadata.
+func Schema(m FileMeta) *arrow.Schema {
+	tl := tokenListType(m.SeqLen)
+	fields := []arrow.Field{
+		{Name: ColInputIDs, Type: tl},
+		{Name: ColLabels, Type: tl},
+	}
+	if m.Mode == ModePack {
+		fields = append(fields, arrow.Field{Name: ColPositionIDs, Type: tl})
+	}
+	fields = append(fields,
+		arrow.Field{Name: ColLength, Type: arrow.PrimitiveTypes.Int32},
+		arrow.Field{Name: ColSegments, Type: arrow.ListOfNonNullable(segmentType)},
+	)
+	md := arrow.NewMetadata(
+		[]string{MetaFormat, MetaVersion, MetaRank, MetaRanks, MetaSeqLen, MetaMode, MetaLabels, MetaTokenizer},
+		[]string{FormatName, strconv.Itoa(FormatVersion), strconv.Itoa(m.Rank), strconv.Itoa(m.Ranks),
+			strconv.Itoa(m.SeqLen), string(m.Mode), string(m.Labels), m.TokenizerSHA256},
+	)
+	return arrow.NewSchema(fields, &md)
+}
+
+// Segment says which source record a run of tokens in a row comes from.
+type Segment struct {
+	Sample int64 // 0-based record index in the input
+	Start  int32 // first token position in the row
+	Length int32 // tokens of that record in the row
+}
+
+// Row is one fixed-length training row. Slices returned by a Reader alias
+// the mapped file; slices given to a Writer are copied.
+type Row struct {
+	InputIDs    []int32 // seq_len ids
+	Labels      []int32 // seq_len labels
+	PositionIDs []int32 // seq_len position ids; pack mode only (nil in pad mode)
+	Length      int32   // non-pad tokens; attention_mask[j] = j < Length
+	Segments    []Segment
+}

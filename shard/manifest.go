@@ -1,0 +1,254 @@
+package shard
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// MaxManifestBytes bounds the manifest file a reader accepts.
+const MaxManifestBytes = 256 << 20
+
+// Manifest is manifest.json: the authoritative description of a shard directory.
+type Manifest struct {
+	Format       string        `json:"format"`
+	Version      int           `json:"version"`
+	CreatedBy    string        `json:"created_by"`
+	SeqLen       int           `json:"seq_len"`
+	Mode         Mode          `json:"mode"`
+	Labels       Labels        `json:"labels"`
+	Ranks        int           `json:"ranks"`
+	RowsPerRank  int           `json:"rows_per_rank"`
+	UniqueRows   int           `json:"unique_rows"`
+	TotalRows    int           `json:"total_rows"`
+	DropLast     bool          `json:"drop_last"`
+	Seed         uint64        `json:"seed"`
+	BatchRows    int           `json:"batch_rows"`
+	Template     string        `json:"template"`
+	TemplateText string        `json:"template_text"`
+	Tokenizer    TokenizerInfo `json:"tokenizer"`
+	Files        []FileEntry   `json:"files"`
+	Stats        Stats         `json:"stats"`
+}
+
+// TokenizerInfo identifies the tokenizer and its special tokens. A nil ID
+// or name means the tokenizer has no such token.
+type TokenizerInfo struct {
+	SHA256 string  `json:"sha256"`
+	BOSID  *int32  `json:"bos_id"`
+	EOSID  *int32  `json:"eos_id"`
+	PadID  int32   `json:"pad_id"`
+	EOS    *string `json:"eos"`
+	Pad    *string `json:"pad"`
+	BOS    *string `json:"bos"`
+	AddBOS bool    `json:"add_bos"`
+	AddEOS bool    `json:"add_eos"`
+}
+
+// FileEntry describes one shard file.
+type FileEntry struct {
+	Rank    int          `json:"rank"`
+	Path    string       `json:"path"`
+	Bytes   int64        `json:"bytes"`
+	SHA256  string       `json:"sha256"`
+	Rows    int          `json:"rows"`
+	Batches []BatchEntry `json:"batches"`
+}
+
+// BatchEntry locates one record batch's values buffers in its file.
+type BatchEntry struct {
+	RowStart int                  `json:"row_start"`
+	Rows     int                  `json:"rows"`
+	Buffers  map[string]BufferRef `json:"buffers"`
+}
+
+// Stats are the run statistics stored in the manifest.
+type Stats struct {
+	RecordsRead      int64   `json:"records_read"`
+	RecordsSkipped   int64   `json:"records_skipped"`
+	RecordsTruncated int64   `json:"records_truncated"`
+	RecordsSplit     int64   `json:"records_split,omitempty"`
+	Tokens           int64   `json:"tokens"`     // non-pad tokens in the unique rows
+	PadTokens        int64   `json:"pad_tokens"` // pad positions in the unique rows
+	Efficiency       float64 `json:"efficiency"` // tokens / (unique_rows × seq_len)
+	RowsDropped      int64   `json:"rows_dropped,omitempty"`
+	RowsRepeated     int64   `json:"rows_repeated,omitempty"`
+	InputBytes       int64   `json:"input_bytes,omitempty"`
+	Seconds          float64 `json:"seconds"`
+}
+
+// Validate checks the manifest's internal consistency (not the files).
+func (m *Manifest) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: manifest: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if m.Format != FormatName {
+		return bad("format %q, want %q", m.Format, FormatName)
+	}
+	if m.Version != FormatVersion {
+		return bad("version %d, this reader knows %d", m.Version, FormatVersion)
+	}
+	fm := FileMeta{Rank: 0, Ranks: m.Ranks, SeqLen: m.SeqLen, Mode: m.Mode, Labels: m.Labels}
+	if err := fm.validate(); err != nil {
+		return bad("%v", err)
+	}
+	if m.RowsPerRank < 0 || m.TotalRows != m.Ranks*m.RowsPerRank {
+		return bad("total_rows %d != ranks %d × rows_per_rank %d", m.TotalRows, m.Ranks, m.RowsPerRank)
+	}
+	if m.UniqueRows < 0 || (!m.DropLast && m.UniqueRows > m.TotalRows) || (m.DropLast && m.UniqueRows < m.TotalRows) {
+		return bad("unique_rows %d inconsistent with total_rows %d (drop_last %v)", m.UniqueRows, m.TotalRows, m.DropLast)
+	}
+	if len(m.Files) != m.Ranks {
+		return bad("%d files for %d ranks", len(m.Files), m.Ranks)
+	}
+	for i, f := range m.Files {
+		if f.Rank != i || f.Path != FileName(i, m.Ranks) {
+			return bad("files[%d] is rank %d %q, want rank %d %q", i, f.Rank, f.Path, i, FileName(i, m.Ranks))
+		}
+		if f.Rows != m.RowsPerRank {
+			return bad("%s has %d rows, want rows_per_rank %d", f.Path, f.Rows, m.RowsPerRank)
+		}
+	}
+	return nil
+}
+
+// ReadManifest reads and validates dir/manifest.json.
+func ReadManifest(dir string) (*Manifest, error) {
+	p := filepath.Join(dir, ManifestName)
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return DecodeManifest(p, f)
+}
+
+// DecodeManifest decodes and validates a manifest read from r; name is used
+// in errors.
+func DecodeManifest(name string, r io.Reader) (*Manifest, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("shard: %s: %w", name, err)
+	}
+	if len(data) > MaxManifestBytes {
+		return nil, fmt.Errorf("%w: %s: larger than %d bytes", ErrCorrupt, name, MaxManifestBytes)
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &m, nil
+}
+
+// Encode returns the manifest as indented JSON with a final newline.
+func (m *Manifest) Encode() ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// VerifyOption configures Verify.
+type VerifyOption func(*verifyConfig)
+
+type verifyConfig struct{ checksum bool }
+
+// WithChecksum makes Verify hash every file and compare with the manifest's sha256.
+func WithChecksum() VerifyOption { return func(c *verifyConfig) { c.checksum = true } }
+
+// VerifyFile checks one mapped shard against its manifest entry: size, schema
+// metadata, row count, batch layout and buffer offsets (and the SHA-256 with
+// WithChecksum).
+func (m *Manifest) VerifyFile(r *Reader, rank int, opts ...VerifyOption) error {
+	var c verifyConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	if rank < 0 || rank >= len(m.Files) {
+		return fmt.Errorf("%w: rank %d not in manifest (%d files)", ErrMismatch, rank, len(m.Files))
+	}
+	fe := m.Files[rank]
+	mis := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrMismatch, fe.Path, fmt.Sprintf(format, args...))
+	}
+	if r.Size() != fe.Bytes {
+		return mis("%d bytes, manifest says %d", r.Size(), fe.Bytes)
+	}
+	meta := r.Meta()
+	if meta.Rank != rank || meta.Ranks != m.Ranks || meta.SeqLen != m.SeqLen || meta.Mode != m.Mode ||
+		meta.Labels != m.Labels || meta.TokenizerSHA256 != m.Tokenizer.SHA256 {
+		return mis("schema metadata %+v disagrees with the manifest", meta)
+	}
+	if r.NumRows() != fe.Rows {
+		return mis("%d rows, manifest says %d", r.NumRows(), fe.Rows)
+	}
+	if r.NumBatches() != len(fe.Batches) {
+		return mis("%d batches, manifest says %d", r.NumBatches(), len(fe.Batches))
+	}
+	for i, be := range fe.Batches {
+		b := r.Batch(i)
+		if b.RowStart != be.RowStart || b.Rows != be.Rows {
+			return mis("batch %d rows [%d,+%d), manifest says [%d,+%d)", i, b.RowStart, b.Rows, be.RowStart, be.Rows)
+		}
+		got := b.Buffers()
+		if len(got) != len(be.Buffers) {
+			return mis("batch %d has %d buffers, manifest lists %d", i, len(got), len(be.Buffers))
+		}
+		for k, v := range be.Buffers {
+			if got[k] != v {
+				return mis("batch %d buffer %s at %+v, manifest says %+v", i, k, got[k], v)
+			}
+		}
+	}
+	if c.checksum {
+		sum := sha256.Sum256(r.Bytes())
+		if h := hex.EncodeToString(sum[:]); !strings.EqualFold(h, fe.SHA256) {
+			return mis("sha256 %s, manifest says %s", h, fe.SHA256)
+		}
+	}
+	return nil
+}
+
+// fileEntry builds the manifest entry of a mapped shard.
+func fileEntry(r *Reader, rank int, path string) FileEntry {
+	sum := sha256.Sum256(r.Bytes())
+	fe := FileEntry{Rank: rank, Path: path, Bytes: r.Size(), SHA256: hex.EncodeToString(sum[:]), Rows: r.NumRows(),
+		Batches: make([]BatchEntry, r.NumBatches())}
+	for i := range fe.Batches {
+		b := r.Batch(i)
+		fe.Batches[i] = BatchEntry{RowStart: b.RowStart, Rows: b.Rows, Buffers: b.Buffers()}
+	}
+	return fe
+}
+
+// OpenDir reads dir's manifest and opens (maps) the shard of rank, checking
+// it against the manifest.
+func OpenDir(dir string, rank int, opts ...VerifyOption) (*Manifest, *Reader, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rank < 0 || rank >= m.Ranks {
+		return nil, nil, fmt.Errorf("%w: rank %d, directory has %d ranks", ErrConfig, rank, m.Ranks)
+	}
+	r, err := Open(filepath.Join(dir, m.Files[rank].Path))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.VerifyFile(r, rank, opts...); err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return m, r, nil
+}
