@@ -160,7 +160,7 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 				j := harness.Job{
 					Name: name, Group: "tokenizer",
 					Metric: harness.Metric{Name: "wall_s", Unit: "s"},
-					Extra:  []harness.Metric{{Name: "encode_mb_per_s", Unit: "MB/s", HigherIsBetter: true}},
+					Extra:  []harness.ExtraMetric{{Metric: harness.Metric{Name: "encode_mb_per_s", Unit: "MB/s", HigherIsBetter: true}}},
 					Ferry: harness.Side{Label: "ferry dataprep tokenize", Cmd: harness.Command{
 						Argv:   append(argv, in.path[t.name]),
 						Stdout: ferryOut,

@@ -11,30 +11,55 @@ import (
 
 // feedJobs: per-batch cost and time to first batch of the ferry loader
 // (direct, and through the ferry-serve daemon) vs DataLoader +
-// DistributedSampler. The scripts measure both contestants in one process
-// and print both in their bench line.
+// DistributedSampler over a map-style dataset of dict rows (the seeds'
+// pattern). The scripts measure all contestants in one process, repeat
+// inside, and print every figure in their bench line.
 func feedJobs(e *env) ([]harness.Job, []string) {
-	var jobs []harness.Job
-	for _, f := range []struct{ name, script string }{
-		{"feed direct", "python/bench_feed.py"},
-		{"feed daemon", "python/bench_serve.py"},
-	} {
-		j := harness.Job{
-			Name: f.name + " per batch", Group: "feed",
-			Metric: harness.Metric{Name: "per_batch_us", Unit: "µs"},
-			Ferry:  harness.Side{Label: "ferry loader", Cmd: harness.Command{Argv: []string{e.c.python, f.script}}},
-			Anchor: harness.Side{Label: "DataLoader + DistributedSampler", SameRun: true},
-		}
-		if _, err := os.Stat(f.script); err != nil {
-			j.Unavailable = f.script + " does not exist yet"
-		} else if why := e.torch(); why != "" {
-			j.Unavailable = why
-		} else {
-			j.Unavailable = f.script + " exists but its bench-line keys are not wired into bench/cmd/bench yet"
-		}
-		jobs = append(jobs, j)
+	maxRuns := 2
+	if e.c.mode == "full" {
+		maxRuns = 3
 	}
-	return jobs, nil
+	const anchorKey = "results.anchor_dataloader_distsampler."
+	direct := harness.Job{
+		Name: "feed direct per batch", Group: "feed",
+		Metric: harness.Metric{Name: "cpu_us_per_batch", Unit: "µs"},
+		Ferry: harness.Side{Label: "ferry.Loader (mapped shard, zero-copy views)", Metric: "results.ferry_loader.cpu_us_per_batch",
+			Cmd: harness.Command{Argv: []string{e.c.python, "python/bench_feed.py"}, Stdout: e.outPath("feed-direct", "py")}},
+		Anchor: harness.Side{Label: "DataLoader + DistributedSampler over dict rows (batch 4 × 1024)", SameRun: true,
+			Metric: anchorKey + "cpu_us_per_batch"},
+		Extra: []harness.ExtraMetric{
+			{Metric: harness.Metric{Name: "first_batch_ms", Unit: "ms"}, Ferry: "results.ferry_loader.first_batch_ms", Anchor: anchorKey + "first_batch_ms"},
+			{Metric: harness.Metric{Name: "cpu_us_per_batch vs HF-formatted rows", Unit: "µs"},
+				Ferry: "results.ferry_loader.cpu_us_per_batch", Anchor: "results.anchor_formatted_rows.cpu_us_per_batch"},
+		},
+		NoWarmup: true, MaxPairs: maxRuns,
+	}
+	daemon := harness.Job{
+		Name: "feed daemon per batch", Group: "feed",
+		Metric: harness.Metric{Name: "cpu_us_per_batch", Unit: "µs"},
+		Ferry:  harness.Side{Label: "ferry-serve daemon + client"},
+		Anchor: harness.Side{Label: "DataLoader + DistributedSampler over dict rows (batch 4 × 1024)", SameRun: true},
+	}
+	switch {
+	case e.torch() != "":
+		direct.Unavailable = e.torch()
+	case !exists("python/bench_feed.py"):
+		direct.Unavailable = "python/bench_feed.py does not exist yet"
+	}
+	switch {
+	case e.torch() != "":
+		daemon.Unavailable = e.torch()
+	case !exists("python/bench_serve.py"):
+		daemon.Unavailable = "python/bench_serve.py does not exist yet"
+	default:
+		daemon.Unavailable = "python/bench_serve.py exists but its bench-line keys are not wired into bench/cmd/bench yet"
+	}
+	return []harness.Job{direct, daemon}, []string{"feed: synthetic shards made by python/bench_feed.py (2 ranks × 2,048 rows × 1,024 tokens), rank 0, batch 4 × 1024"}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // ckptJobs: ckptmerge vs the PyTorch way (DCP load_state_dict into full

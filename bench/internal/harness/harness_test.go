@@ -104,9 +104,9 @@ func TestParseBenchLine(t *testing.T) {
 		{"empty object", `{"bench":{}}`, map[string]float64{}, nil},
 		{"negative and exp", `{"bench":{"a":-1e-3,"b":2E3}}`, map[string]float64{"a": -1e-3, "b": 2e3}, nil},
 		{"bad json", `{"bench": {"x": }`, nil, ErrBenchLine},
-		{"string value", `{"bench":{"x":"fast"}}`, nil, ErrBenchLine},
-		{"null value", `{"bench":{"x":null}}`, nil, ErrBenchLine},
-		{"nested", `{"bench":{"x":{"y":1}}}`, nil, ErrBenchLine},
+		{"labels left out", `{"bench":{"x":"fast","y":null,"z":[1,2],"b":true,"n":2}}`, map[string]float64{"n": 2}, nil},
+		{"nested", `{"bench":{"x":{"y":1,"z":{"w":-2}},"v":3}}`, map[string]float64{"x.y": 1, "x.z.w": -2, "v": 3}, nil},
+		{"too deep", `{"bench":{"a":{"b":{"c":{"d":{"e":{"f":{"g":{"h":{"i":1}}}}}}}}}}`, nil, ErrBenchLine},
 		{"not object", `{"bench":[1,2]}`, nil, ErrBenchLine},
 		{"null bench", `{"bench":null}`, nil, ErrBenchLine},
 		{"extra key", `{"bench":{"x":1},"other":2}`, nil, ErrBenchLine},
@@ -268,14 +268,20 @@ func TestRunJobCheckWithoutWarmup(t *testing.T) {
 func TestRunJobExtra(t *testing.T) {
 	fr := &fakeRunner{wall: map[string][]float64{"F": {1, 2}, "A": {4, 4}}}
 	j := testJob()
-	j.Extra = []Metric{{Name: "mbps", Unit: "MB/s", HigherIsBetter: true}, {Name: "F_us", Unit: "µs"}}
+	j.Extra = []ExtraMetric{{Metric: Metric{Name: "mbps", Unit: "MB/s", HigherIsBetter: true}},
+		{Metric: Metric{Name: "F_us", Unit: "µs"}},
+		{Metric: Metric{Name: "us", Unit: "µs"}, Ferry: "F_us", Anchor: "A_us"}}
 	r, err := RunJob(context.Background(), j, Options{Pairs: 2, Runner: fr.run})
 	if err != nil || r.Status != StatusOK {
 		t.Fatal(err, r.Reason)
 	}
-	// mbps = 100/wall on both sides; F_us only on the ferry side, so it is left out.
-	if len(r.Extra) != 1 || r.Extra[0].Metric.Name != "mbps" {
+	// mbps = 100/wall on both sides; F_us only on the ferry side, so it is
+	// left out; us is F_us vs A_us.
+	if len(r.Extra) != 2 || r.Extra[0].Metric.Name != "mbps" || r.Extra[1].Metric.Name != "us" {
 		t.Fatalf("extra %+v", r.Extra)
+	}
+	if want := (Summary{3, 2, 4, 2}); r.Extra[1].Ratio != want {
+		t.Errorf("per-side keys: ratio %+v, want %+v", r.Extra[1].Ratio, want)
 	}
 	if want := (Summary{3, 2, 4, 2}); r.Extra[0].Ratio != want {
 		t.Errorf("extra ratio %+v, want %+v", r.Extra[0].Ratio, want)
@@ -285,6 +291,19 @@ func TestRunJobExtra(t *testing.T) {
 	res.WriteTable(&b)
 	if !strings.Contains(b.String(), "└ mbps") {
 		t.Errorf("table lacks the extra row:\n%s", b.String())
+	}
+}
+
+func TestRunJobOverrides(t *testing.T) {
+	fr := &fakeRunner{wall: map[string][]float64{"F": {1, 1, 1}, "A": {1, 1, 1}}}
+	j := testJob()
+	j.NoWarmup, j.MaxPairs = true, 2
+	r, err := RunJob(context.Background(), j, Options{Warmup: 1, Pairs: 5, Runner: fr.run})
+	if err != nil || r.Status != StatusOK {
+		t.Fatal(err, r.Reason)
+	}
+	if len(fr.calls) != 4 || r.Warmup != 0 || r.Pairs != 2 {
+		t.Errorf("%d runs, warm-up %d, pairs %d; want 4, 0, 2", len(fr.calls), r.Warmup, r.Pairs)
 	}
 }
 
@@ -401,7 +420,7 @@ func TestRunSubprocess(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 	// A malformed bench line is an error.
-	c.Argv = []string{"sh", "-c", `echo '{"bench": {"n": "x"}}'`}
+	c.Argv = []string{"sh", "-c", `echo '{"bench": {"n": }'`}
 	if _, err = Run(context.Background(), c); !errors.Is(err, ErrBenchLine) {
 		t.Errorf("err = %v, want ErrBenchLine", err)
 	}

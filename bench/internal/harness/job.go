@@ -38,7 +38,7 @@ type Job struct {
 	// Extra metrics are summarized from the same runs when both sides
 	// report them (e.g. the encode throughput each side measures inside
 	// its process next to the job's wall time). They never fail a job.
-	Extra  []Metric
+	Extra  []ExtraMetric
 	Ferry  Side
 	Anchor Side
 	// Unavailable, when set, says why the job cannot run (a program that
@@ -48,6 +48,17 @@ type Job struct {
 	// there is none) and verifies the two sides' outputs (e.g. identical token IDs). Its message is recorded;
 	// an error fails the job, since a fast wrong answer is no result.
 	Check func() (string, error)
+	// NoWarmup skips the warm-up (for scripts that warm up and repeat
+	// inside); MaxPairs, when > 0, caps the pairs (for slow jobs).
+	NoWarmup bool
+	MaxPairs int
+}
+
+// ExtraMetric is a secondary metric; Ferry and Anchor name its bench-line
+// key on each side when it differs from Metric.Name.
+type ExtraMetric struct {
+	Metric
+	Ferry, Anchor string
 }
 
 // Status values of a JobResult.
@@ -107,6 +118,12 @@ type Options struct {
 // broken job does not hide the others. Only a cancelled ctx stops it early
 // with ctx's error.
 func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
+	if j.NoWarmup {
+		o.Warmup = 0
+	}
+	if j.MaxPairs > 0 && o.Pairs > j.MaxPairs {
+		o.Pairs = j.MaxPairs
+	}
 	r := JobResult{
 		Name: j.Name, Group: j.Group, Metric: j.Metric, Warmup: o.Warmup, Pairs: o.Pairs,
 		Ferry:  SideResult{Label: j.Ferry.Label, Command: cmdString(j.Ferry)},
@@ -238,9 +255,16 @@ func extras(j Job, fs, as []Sample) []Extra {
 	var out []Extra
 	for _, m := range j.Extra {
 		var fv, av []float64
+		kf, ka := m.Ferry, m.Anchor
+		if kf == "" {
+			kf = m.Name
+		}
+		if ka == "" {
+			ka = m.Name
+		}
 		for i := range fs {
-			f, okF := fs[i].Metric(m.Name)
-			a, okA := as[i].Metric(m.Name)
+			f, okF := fs[i].Metric(kf)
+			a, okA := as[i].Metric(ka)
 			if !okF || !okA {
 				fv = nil
 				break
@@ -250,7 +274,7 @@ func extras(j Job, fs, as []Sample) []Extra {
 		if fv == nil {
 			continue
 		}
-		x := Extra{Metric: m}
+		x := Extra{Metric: m.Metric}
 		var err error
 		if x.Ferry, err = Summarize(fv); err != nil {
 			continue
