@@ -135,11 +135,19 @@ func ParseHeader(b []byte, size uint64) (Layout, error) {
 	if ts := le.Uint64(b[48:]); ts != want.TotalSize() || ts > size {
 		return Layout{}, fmt.Errorf("%w: shm total_size %d at byte 48, want %d within a %d-byte memfd", ErrProtocol, ts, want.TotalSize(), size)
 	}
+	if le.Uint64(b[56:]) != 0 {
+		return Layout{}, fmt.Errorf("%w: shm reserved bytes 56..63 not zero", ErrProtocol)
+	}
 	for i := range NumColumns {
 		p := b[ShmColumnTableOffset+i*ShmColumnEntrySize:]
 		c := Column{Offset: le.Uint64(p), DType: p[8], Width: le.Uint32(p[12:])}
 		if c != want.Columns[i] || p[9] != 0 || p[10] != 0 || p[11] != 0 {
 			return Layout{}, fmt.Errorf("%w: shm column %d entry at byte %d: %+v, want %+v", ErrProtocol, i, ShmColumnTableOffset+i*ShmColumnEntrySize, c, want.Columns[i])
+		}
+	}
+	for i, c := range b[ShmColumnTableOffset+NumColumns*ShmColumnEntrySize : ShmHeaderSize] {
+		if c != 0 {
+			return Layout{}, fmt.Errorf("%w: shm reserved byte %d not zero", ErrProtocol, ShmColumnTableOffset+NumColumns*ShmColumnEntrySize+i)
 		}
 	}
 	return want, nil

@@ -1,0 +1,80 @@
+package serve
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzParseHeader feeds arbitrary header pages to ParseHeader: it must never
+// panic, and whatever it accepts must describe a ring that fits the memfd
+// with every column inside its slot.
+func FuzzParseHeader(f *testing.F) {
+	for _, p := range [][4]uint32{{3, 4, 8, ModePad}, {2, 5, 1024, ModePack}, {1, 1, 1, ModePad}} {
+		l, _ := NewLayout(p[0], p[1], p[2], p[3])
+		f.Add(l.AppendHeader(nil), l.TotalSize())
+	}
+	f.Add([]byte("FERRYSHM"), uint64(4096))
+	f.Fuzz(func(t *testing.T, b []byte, size uint64) {
+		page := make([]byte, ShmHeaderSize)
+		copy(page, b)
+		l, err := ParseHeader(page, size)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %v does not wrap ErrProtocol", err)
+			}
+			return
+		}
+		if l.TotalSize() > size || l.SlotSize%SlotAlign != 0 {
+			t.Fatalf("accepted layout %+v does not fit %d bytes", l, size)
+		}
+		for i, c := range l.Columns {
+			if c.Present() && c.Offset+uint64(l.MaxRows)*uint64(c.Width)*c.ItemSize() > l.SlotSize {
+				t.Fatalf("column %d overflows its slot: %+v", i, l)
+			}
+		}
+		if !bytes.Equal(l.AppendHeader(nil), page) {
+			t.Fatal("accepted header does not re-encode to itself")
+		}
+	})
+}
+
+// FuzzParseMsg feeds arbitrary datagrams to the message parsers the daemon
+// and the client run on received bytes.
+func FuzzParseMsg(f *testing.F) {
+	f.Add(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}))
+	f.Add(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))
+	f.Add(AppendFill(nil, 2, 9, 5, []RowRef{{1, 10}, {3, 4}}))
+	f.Add(AppendError(nil, CodeShutdown, "bye"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, p, err := ParseMsg(msg)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %v does not wrap ErrProtocol", err)
+			}
+			return
+		}
+		switch h.Type {
+		case MsgHello:
+			if hl, err := ParseHello(p); err == nil {
+				if !bytes.Equal(AppendHello(nil, hl), msg) {
+					t.Fatal("HELLO does not round-trip")
+				}
+			}
+		case MsgWelcome:
+			if w, err := ParseWelcome(p); err == nil && len(w.Info) > len(p) {
+				t.Fatal("WELCOME info beyond the payload")
+			}
+		case MsgFill:
+			var fl Fill
+			if err := ParseFill(p, &fl); err == nil {
+				if !bytes.Equal(AppendFill(nil, fl.Slot, fl.Seq, fl.Tag, fl.Refs), msg) {
+					t.Fatal("FILL does not round-trip")
+				}
+			}
+		case MsgError:
+			ParseError(p)
+		}
+	})
+}

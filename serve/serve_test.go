@@ -1,0 +1,570 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryml/ferry/shard"
+)
+
+// writeDataset writes a synthetic dataprep output of n examples with the
+// shard package's writer (the same content as shard/internal/mkshards).
+func writeDataset(t testing.TB, ranks, n, seqLen int, mode shard.Mode, batchRows int) string {
+	t.Helper()
+	maxLen := seqLen
+	if mode == shard.ModePack {
+		maxLen = max(seqLen/4, 1)
+	}
+	exs := make([]shard.Example, n)
+	for i := range exs {
+		l := 1 + (i*7919)%maxLen
+		tok := make([]int32, l)
+		for j := range tok {
+			tok[j] = int32(1000 + (i*31+j)%50000)
+		}
+		exs[i] = shard.Example{Sample: int64(i), Tokens: tok, Prompt: l / 3}
+	}
+	lay := shard.Layout{SeqLen: seqLen, Mode: mode, Labels: shard.LabelsMaskPad, PadID: 0}
+	src, err := shard.NewExampleSource(lay, exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "ds")
+	pad := int32(0)
+	eos := "<eos>"
+	_, err = shard.WriteDir(context.Background(), dir, shard.DirConfig{
+		SeqLen: seqLen, Mode: mode, Labels: shard.LabelsMaskPad, Ranks: ranks, Seed: 1, BatchRows: batchRows,
+		Workers: 2, Template: "synthetic", Tokenizer: shard.TokenizerInfo{SHA256: "synthetic", EOSID: &pad, EOS: &eos, Pad: &eos},
+	}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type testServer struct {
+	srv  *Server
+	sock string
+	stop context.CancelFunc
+	done chan error
+}
+
+func startServer(t testing.TB, cfg Config) *testServer {
+	t.Helper()
+	srv, err := NewServer(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "serve.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ts := &testServer{srv: srv, sock: sock, stop: stop, done: make(chan error, 1)}
+	go func() { ts.done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ts.done; err != nil {
+			t.Error(err)
+		}
+		srv.Close()
+	})
+	return ts
+}
+
+func dial(t testing.TB, sock string, slots, maxRows uint32) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, sock, Hello{Slots: slots, MaxRows: maxRows, Rank: 0, Worker: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readers opens every shard of dir with the shard package's Arrow reader:
+// an implementation independent of the daemon's manifest-offset path.
+func readers(t testing.TB, dir string, ranks int) []*shard.Reader {
+	t.Helper()
+	rs := make([]*shard.Reader, ranks)
+	for r := range rs {
+		rd, err := shard.Open(filepath.Join(dir, shard.FileName(r, ranks)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rd.Close() })
+		rs[r] = rd
+	}
+	return rs
+}
+
+func i32(b []byte, i int) int32 { return int32(le.Uint32(b[4*i:])) }
+
+// checkSlot compares a filled slot with the rows it was asked for.
+func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq, tag uint64, refs []RowRef, rs []*shard.Reader) {
+	t.Helper()
+	slot := c.Slot(slotIdx)
+	h := ReadSlotHeader(slot)
+	if h != (SlotHeader{Seq: seq, Rows: uint32(len(refs)), State: SlotFilled, Tag: tag}) {
+		t.Fatalf("slot %d header %+v, want seq %d rows %d tag %d filled", slotIdx, h, seq, len(refs), tag)
+	}
+	L := int(c.Layout().SeqLen)
+	n := len(refs)
+	in, lab := c.Column(slot, ColInputIDs, n), c.Column(slot, ColLabels, n)
+	am, pos := c.Column(slot, ColAttentionMask, n), c.Column(slot, ColPositionIDs, n)
+	ln, sm := c.Column(slot, ColLength, n), c.Column(slot, ColSample, n)
+	var row shard.Row
+	for i, r := range refs {
+		if err := rs[r.File].Row(int(r.Row), &row); err != nil {
+			t.Fatal(err)
+		}
+		for j := range L {
+			if i32(in, i*L+j) != row.InputIDs[j] || i32(lab, i*L+j) != row.Labels[j] {
+				t.Fatalf("seq %d row %d (shard %d row %d) token %d: got id %d label %d, want %d %d", seq, i, r.File, r.Row, j,
+					i32(in, i*L+j), i32(lab, i*L+j), row.InputIDs[j], row.Labels[j])
+			}
+			if pos != nil && i32(pos, i*L+j) != row.PositionIDs[j] {
+				t.Fatalf("seq %d row %d position %d: got %d want %d", seq, i, j, i32(pos, i*L+j), row.PositionIDs[j])
+			}
+			if am != nil {
+				want := int32(0)
+				if int32(j) < row.Length {
+					want = 1
+				}
+				if i32(am, i*L+j) != want {
+					t.Fatalf("seq %d row %d attention_mask[%d] = %d, length %d", seq, i, j, i32(am, i*L+j), row.Length)
+				}
+			}
+		}
+		if i32(ln, i) != row.Length || int64(le.Uint64(sm[8*i:])) != row.Segments[0].Sample {
+			t.Fatalf("seq %d row %d: length %d sample %d, want %d %d", seq, i, i32(ln, i), le.Uint64(sm[8*i:]), row.Length, row.Segments[0].Sample)
+		}
+	}
+	if pos != nil && am != nil {
+		t.Fatal("both attention_mask and position_ids present")
+	}
+}
+
+// drain streams every row of the given shards through c in batches of
+// maxRows, keeping all slots busy, and checks each batch.
+func drain(t testing.TB, c *Client, shards []int, rowsPer int, rs []*shard.Reader) int {
+	t.Helper()
+	var all []RowRef
+	for _, s := range shards {
+		for r := range rowsPer {
+			all = append(all, RowRef{File: uint32(s), Row: uint32(r)})
+		}
+	}
+	lay := c.Layout()
+	B := int(lay.MaxRows)
+	var batches [][]RowRef
+	for i := 0; i < len(all); i += B {
+		batches = append(batches, all[i:min(i+B, len(all))])
+	}
+	next := 0
+	for ; next < len(batches) && next < int(lay.Slots); next++ {
+		if err := c.Fill(uint32(next)%lay.Slots, uint64(next), uint64(1000+next), batches[next]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range batches {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("batch %d: %v", k, err)
+		}
+		slot := uint32(k) % lay.Slots
+		checkSlot(t, c, slot, uint64(k), uint64(1000+k), batches[k], rs)
+		if next < len(batches) {
+			if err := c.Fill(slot, uint64(next), uint64(1000+next), batches[next]); err != nil {
+				t.Fatal(err)
+			}
+			next++
+		}
+	}
+	return len(batches)
+}
+
+func TestServeRoundTrip(t *testing.T) {
+	for _, mode := range []shard.Mode{shard.ModePad, shard.ModePack} {
+		t.Run(string(mode), func(t *testing.T) {
+			// batch_rows 3 and batches of 4: rows come from several record batches.
+			dir := writeDataset(t, 2, 41, 16, mode, 3)
+			ts := startServer(t, Config{Data: dir})
+			rs := readers(t, dir, 2)
+			c := dial(t, ts.sock, 3, 4)
+			var info struct {
+				Ranks       int              `json:"ranks"`
+				RowsPerRank int              `json:"rows_per_rank"`
+				SeqLen      int              `json:"seq_len"`
+				Mode        string           `json:"mode"`
+				Served      []int            `json:"served_ranks"`
+				Files       []map[string]any `json:"files"`
+			}
+			if err := json.Unmarshal(c.Info(), &info); err != nil {
+				t.Fatal(err)
+			}
+			if info.Ranks != 2 || info.SeqLen != 16 || info.Mode != string(mode) || len(info.Served) != 2 || info.Files[0]["batches"] != nil {
+				t.Fatalf("info %s", c.Info())
+			}
+			if got := drain(t, c, []int{1, 0}, info.RowsPerRank, rs); got == 0 {
+				t.Fatal("no batches")
+			}
+			// A shuffled, cross-shard batch of one row repeated.
+			mid := uint32(info.RowsPerRank / 2)
+			refs := []RowRef{{1, mid}, {0, uint32(info.RowsPerRank - 1)}, {1, mid}}
+			if err := c.Fill(0, 99, 7, refs); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			checkSlot(t, c, 0, 99, 7, refs, rs)
+		})
+	}
+}
+
+func TestEightRanksAtOnce(t *testing.T) {
+	const ranks = 8
+	dir := writeDataset(t, ranks, 8*13, 32, shard.ModePad, 5)
+	ts := startServer(t, Config{Data: dir})
+	rs := readers(t, dir, ranks)
+	var wg sync.WaitGroup
+	errs := make(chan error, ranks)
+	for r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := Dial(ctx, ts.sock, Hello{Slots: 2, MaxRows: 4, Rank: int32(r), Worker: -1})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			ft := &fatalT{TB: t}
+			func() {
+				defer func() {
+					if p := recover(); p != nil && p != ft {
+						panic(p)
+					}
+				}()
+				drain(ft, c, []int{r}, 13, rs)
+			}()
+			if ft.err != nil {
+				errs <- fmt.Errorf("rank %d: %v", r, ft.err)
+			}
+		}()
+	}
+	// All eight are connected at once (each holds its ring while draining).
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitFor(t, func() bool { return ts.srv.Clients() == 0 }, "clients to disconnect")
+}
+
+// fatalT lets helpers that call Fatal run in a goroutine other than the test's.
+type fatalT struct {
+	testing.TB
+	err error
+}
+
+func (f *fatalT) Helper() {}
+func (f *fatalT) Fatal(args ...any) {
+	f.err = errors.New(fmt.Sprint(args...))
+	panic(f)
+}
+func (f *fatalT) Fatalf(format string, args ...any) {
+	f.err = fmt.Errorf(format, args...)
+	panic(f)
+}
+
+func waitFor(t testing.TB, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// memfds counts this process's descriptors and mappings of ferry-serve rings.
+func memfds(t testing.TB, pid int) (fds, maps int) {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+		if err == nil && strings.HasPrefix(l, "/memfd:ferry-serve") {
+			fds++
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps = strings.Count(string(b), "memfd:ferry-serve")
+	return fds, maps
+}
+
+func TestClientGoneFreesRing(t *testing.T) {
+	dir := writeDataset(t, 2, 20, 8, shard.ModePad, 0)
+	ts := startServer(t, Config{Data: dir})
+	f0, m0 := memfds(t, os.Getpid())
+	ctx := context.Background()
+	c, err := Dial(ctx, ts.sock, Hello{Slots: 4, MaxRows: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fill(0, 0, 0, []RowRef{{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// Both ends map the ring now (the daemon closed its descriptor after WELCOME).
+	if _, m := memfds(t, os.Getpid()); m != m0+2 {
+		t.Fatalf("ring mapped %d times, want 2", m-m0)
+	}
+	if ts.srv.Clients() != 1 {
+		t.Fatalf("%d clients", ts.srv.Clients())
+	}
+	// The client leaves with batches still in flight.
+	c.Fill(1, 1, 0, []RowRef{{1, 1}})
+	c.Close()
+	waitFor(t, func() bool { return ts.srv.Clients() == 0 }, "the daemon to drop the client")
+	waitFor(t, func() bool { f, m := memfds(t, os.Getpid()); return f == f0 && m == m0 }, "the ring to be unmapped and closed")
+}
+
+func TestRequestErrors(t *testing.T) {
+	dir := writeDataset(t, 4, 40, 8, shard.ModePad, 0)
+	ts := startServer(t, Config{Data: dir, Ranks: []int{0, 2}, MaxClientBytes: 1 << 20})
+	tests := []struct {
+		name     string
+		hello    Hello
+		send     func(c *Client) error
+		wantCode string
+	}{
+		{"not served", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, []RowRef{{1, 0}}) }, "code 2"},
+		{"row out of range", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, []RowRef{{2, 10}}) }, "code 3"},
+		{"file out of range", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, []RowRef{{7, 0}}) }, "code 2"},
+		{"slot out of range", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(2, 0, 0, []RowRef{{0, 0}}) }, "code 3"},
+		{"too many rows", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, make([]RowRef, 3)) }, "code 3"},
+		{"empty fill", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, nil) }, "code 3"},
+		{"garbage", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { _, err := c.conn.Write([]byte("hello daemon")); return err }, "code 1"},
+		{"second hello", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error {
+			_, err := c.conn.Write(AppendHello(nil, Hello{Version: Version, Slots: 1, MaxRows: 1}))
+			return err
+		}, "code 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dial(t, ts.sock, tt.hello.Slots, tt.hello.MaxRows)
+			if err := tt.send(c); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Wait()
+			if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), tt.wantCode) {
+				t.Fatalf("got %v, want ErrRemote with %s", err, tt.wantCode)
+			}
+		})
+	}
+	// Over the per-client memory limit: refused at HELLO.
+	_, err := Dial(context.Background(), ts.sock, Hello{Slots: 64, MaxRows: 1024})
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "max-client-bytes") {
+		t.Fatalf("big ring: %v", err)
+	}
+	_, err = Dial(context.Background(), ts.sock, Hello{Slots: 0, MaxRows: 1})
+	if !errors.Is(err, ErrRemote) {
+		t.Fatalf("zero slots: %v", err)
+	}
+}
+
+func TestShutdownTellsClients(t *testing.T) {
+	dir := writeDataset(t, 1, 10, 8, shard.ModePack, 0)
+	srv, err := NewServer(context.Background(), Config{Data: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	c := dial(t, sock, 2, 2)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("client got %v", err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket file left behind: %v", err)
+	}
+}
+
+func TestListenStaleSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	// A socket file nobody listens on, as a SIGKILLed daemon leaves it.
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := Listen(sock)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	defer ln2.Close()
+	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "another ferry-serve") {
+		t.Fatalf("second daemon on a live socket: %v", err)
+	}
+	plain := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(plain, nil, 0o644)
+	if _, err := Listen(plain); err == nil {
+		t.Fatal("listening over a regular file")
+	}
+}
+
+func TestFillAllocs(t *testing.T) {
+	dir := writeDataset(t, 2, 64, 64, shard.ModePad, 0)
+	ds, err := OpenDataset(context.Background(), dir, nil, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	lay, err := NewLayout(2, 4, 64, ModePad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, lay.TotalSize())
+	ss := &session{srv: &Server{ds: ds}}
+	msg := AppendFill(nil, 1, 3, 4, []RowRef{{0, 1}, {1, 2}, {0, 30}, {1, 31}})
+	var fill Fill
+	fill.Refs = make([]RowRef, 0, 4)
+	if err := ss.handle(msg, &lay, mem, &fill); err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		if err := ss.handle(msg, &lay, mem, &fill); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Fatalf("filling a slot allocates %.1f times", a)
+	}
+	buf := make([]byte, 0, MaxMsgSize)
+	refs := fill.Refs
+	if a := testing.AllocsPerRun(100, func() { buf = AppendFill(buf[:0], 1, 3, 4, refs) }); a != 0 {
+		t.Fatalf("AppendFill allocates %.1f times", a)
+	}
+}
+
+func TestOpenDatasetErrors(t *testing.T) {
+	good := writeDataset(t, 2, 10, 8, shard.ModePad, 0)
+	manifest, err := os.ReadFile(filepath.Join(good, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard0 := filepath.Join(good, shard.FileName(0, 2))
+	shardBytes, err := os.ReadFile(shard0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyDir := func(t *testing.T, mess func(dir string)) string {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "manifest.json"), manifest, 0o644)
+		for r := range 2 {
+			b, _ := os.ReadFile(filepath.Join(good, shard.FileName(r, 2)))
+			os.WriteFile(filepath.Join(dir, shard.FileName(r, 2)), b, 0o644)
+		}
+		mess(dir)
+		return dir
+	}
+	editManifest := func(edit func(m map[string]any)) func(string) {
+		return func(dir string) {
+			var m map[string]any
+			json.Unmarshal(manifest, &m)
+			edit(m)
+			b, _ := json.Marshal(m)
+			os.WriteFile(filepath.Join(dir, "manifest.json"), b, 0o644)
+		}
+	}
+	file0 := func(m map[string]any) map[string]any { return m["files"].([]any)[0].(map[string]any) }
+	tests := []struct {
+		name    string
+		mess    func(dir string)
+		ranks   []int
+		verify  bool
+		wantErr error
+		wantMsg string
+	}{
+		{"ok", func(string) {}, nil, true, nil, ""},
+		{"no manifest", func(d string) { os.Remove(filepath.Join(d, "manifest.json")) }, nil, false, os.ErrNotExist, "manifest.json"},
+		{"manifest not json", func(d string) { os.WriteFile(filepath.Join(d, "manifest.json"), []byte("{"), 0o644) }, nil, false, ErrCorrupt, "manifest.json"},
+		{"wrong format", editManifest(func(m map[string]any) { m["format"] = "x" }), nil, false, ErrCorrupt, "format"},
+		{"future version", editManifest(func(m map[string]any) { m["version"] = 2 }), nil, false, ErrCorrupt, "version 2"},
+		{"escaping path", editManifest(func(m map[string]any) { file0(m)["path"] = "../x.arrow" }), nil, false, ErrCorrupt, "plain file name"},
+		{"missing shard", func(d string) { os.Remove(filepath.Join(d, shard.FileName(0, 2))) }, nil, false, os.ErrNotExist, "rank-00000"},
+		{"missing shard not served", func(d string) { os.Remove(filepath.Join(d, shard.FileName(0, 2))) }, []int{1}, false, nil, ""},
+		{"truncated shard", func(d string) {
+			os.WriteFile(filepath.Join(d, shard.FileName(0, 2)), shardBytes[:len(shardBytes)-8], 0o644)
+		}, nil, false, ErrCorrupt, "bytes, manifest says"},
+		{"bad magic", func(d string) {
+			b := append([]byte("NOTARR"), shardBytes[6:]...)
+			os.WriteFile(filepath.Join(d, shard.FileName(0, 2)), b, 0o644)
+		}, nil, false, ErrCorrupt, "ARROW1"},
+		{"flipped byte", func(d string) {
+			b := append([]byte(nil), shardBytes...)
+			b[len(b)/2] ^= 1
+			os.WriteFile(filepath.Join(d, shard.FileName(0, 2)), b, 0o644)
+		}, nil, true, ErrCorrupt, "sha256"},
+		{"buffer out of file", editManifest(func(m map[string]any) {
+			file0(m)["batches"].([]any)[0].(map[string]any)["buffers"].(map[string]any)["labels"].(map[string]any)["offset"] = 1 << 30
+		}), nil, false, ErrCorrupt, `buffer "labels"`},
+		{"rank out of range", func(string) {}, []int{2}, false, nil, "ranks 0..1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyDir(t, tt.mess)
+			ds, err := OpenDataset(context.Background(), dir, tt.ranks, "", tt.verify)
+			if ds != nil {
+				ds.Close()
+			}
+			if tt.wantErr == nil && tt.wantMsg == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("got %v, want %v containing %q", err, tt.wantErr, tt.wantMsg)
+			}
+		})
+	}
+}
