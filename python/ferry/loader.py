@@ -197,25 +197,22 @@ class Loader(torch.utils.data.IterableDataset):
         wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
         if self.prefetch and W == self.manifest.ranks and n > wid:
             self.shards.shard(w).prefetch()
-        block, make = o.block, self._batch
-        for u in range(wid, n, nw):
-            batch = make(*block(start + u * W + w))
+        shards, rows, counts = o.blocks(start + wid * W + w, len(range(wid, n, nw)), nw * W)
+        get, from_numpy, pack, mask = self.shards.shard, torch.from_numpy, self._pack, self.attention_mask
+        for j, u in enumerate(range(wid, n, nw)):
+            ids, labels, third, view = get(shards[j]).view(rows[j], counts[j])
+            if not view:
+                self.copies += 1
+            if pack:
+                batch = {"input_ids": from_numpy(ids), "labels": from_numpy(labels), "position_ids": from_numpy(third)}
+            elif mask:
+                batch = {"input_ids": from_numpy(ids), "attention_mask": self._mask(third), "labels": from_numpy(labels)}
+            else:
+                batch = {"input_ids": from_numpy(ids), "length": from_numpy(third), "labels": from_numpy(labels)}
             # Advance before yielding: state_dict() taken while the caller
             # holds batch u resumes at batch u+1.
             self._consumed = start + (u + 1) * W
             yield batch
-
-    def _batch(self, shard, row, rows):
-        cols, view = self.shards.shard(shard).span(row, rows)
-        if not view:
-            self.copies += 1
-        ids = torch.from_numpy(cols["input_ids"])
-        labels = torch.from_numpy(cols["labels"])
-        if self._pack:
-            return {"input_ids": ids, "labels": labels, "position_ids": torch.from_numpy(cols["position_ids"])}
-        if not self.attention_mask:
-            return {"input_ids": ids, "length": torch.from_numpy(cols["length"]), "labels": labels}
-        return {"input_ids": ids, "attention_mask": self._mask(cols["length"]), "labels": labels}
 
     def _mask(self, length):
         if self._mask_table is not None:

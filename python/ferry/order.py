@@ -84,3 +84,22 @@ class EpochOrder:
             k = int(self.perm(s)[t])
             return s, k * self.B, self.B
         return s, self.full * self.B, self.partial
+
+    def blocks(self, first, count, stride):
+        """Blocks first, first+stride, ... (count of them) as three lists
+        (shards, first rows, row counts); the same as block() on each."""
+        if count <= 0:
+            return [], [], []
+        if self.G == 0:
+            raise IndexError("the epoch has no blocks")
+        g = (first + stride * np.arange(count, dtype=np.int64)) % self.G
+        s, t = g % self.R, g // self.R
+        rows = np.full(count, self.B, dtype=np.int64)
+        start = np.empty(count, dtype=np.int64)
+        full = t < self.full
+        for shard in np.unique(s[full]).tolist():
+            sel = full & (s == shard)
+            start[sel] = self.perm(shard)[t[sel]] * self.B
+        start[~full] = self.full * self.B
+        rows[~full] = self.partial
+        return s.tolist(), start.tolist(), rows.tolist()

@@ -364,6 +364,21 @@ class ShardFile:
             k, i = k + 1, 0
         return {c: np.concatenate(p) for c, p in parts.items()}, False
 
+    def view(self, row, rows):
+        """(input_ids, labels, position_ids or length) numpy arrays for shard
+        rows [row, row+rows), and whether they are views (else copies)."""
+        if self._uniform:
+            k, i = divmod(row, self._br)
+        else:
+            k, i = self.locate(row)
+        cols = self._cols[k] or self.batch_columns(k)
+        third = "position_ids" if self._mode == "pack" else "length"
+        if i + rows <= len(cols["length"]):
+            j = i + rows
+            return cols["input_ids"][i:j], cols["labels"][i:j], cols[third][i:j], True
+        c, _ = self.span(row, rows)
+        return c["input_ids"], c["labels"], c[third], False
+
     def prefetch(self, max_bytes=1 << 30):
         """Ask the kernel to read the whole shard ahead (one madvise(WILLNEED),
         asynchronous), when it is at most ``max_bytes``. Returns whether it did."""

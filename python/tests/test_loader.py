@@ -303,3 +303,17 @@ def test_pickle_round_trip_remaps(make_shards):
     assert len(again) == len(rest) == ld.steps_per_epoch - 2
     assert all(torch.equal(x["input_ids"], y) for x, y in zip(again, rest))
     assert locate(clone, again[0]["input_ids"]) is not None  # a view of clone's own mapping
+
+
+@pytest.mark.parametrize("R,rows,B,drop_last,shuffle", [(4, 50, 4, False, True), (3, 7, 2, True, True),
+                                                      (2, 9, 4, False, False), (5, 3, 4, False, True)])
+def test_epoch_order_vectorized_matches_scalar(R, rows, B, drop_last, shuffle):
+    o = ferry.EpochOrder(R, rows, B, epoch=3, seed=11, shuffle=shuffle, drop_last=drop_last)
+    for first, stride in [(0, 1), (1, 3), (2, R), (o.G - 1, 2)]:
+        count = o.G + 3  # runs past the end: wraps like block()
+        s, r, n = o.blocks(first, count, stride)
+        assert list(zip(s, r, n)) == [o.block(first + i * stride) for i in range(count)]
+    # Every block of the epoch exactly once, each a distinct row range.
+    got = sorted(o.block(g) for g in range(o.G))
+    assert len(set(got)) == o.G
+    assert sum(n for _, _, n in got) == R * (rows - (rows % B if drop_last else 0))
