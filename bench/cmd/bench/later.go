@@ -150,19 +150,27 @@ func (e *env) checkpoint(gen string) (string, string, error) {
 }
 
 // storageJobs: upload and download through internal/storage vs plain
-// minio-go, against a local versitygw, driven by bench/storagebench.
+// minio-go, against a local versitygw, and a local durable copy vs cp +
+// sync, driven by bench/storagebench (one side per process). The harness's
+// peak RSS of a side includes the versitygw it starts; the side's own peak
+// is the extra metric peak_rss_mb.
 func storageJobs(e *env) ([]harness.Job, []string) {
-	var jobs []harness.Job
-	for _, op := range []string{"upload", "download"} {
-		jobs = append(jobs, harness.Job{
-			Name: "storage S3 " + op + " " + e.c.storageSize, Group: "storage",
-			Metric: harness.Metric{Name: "mb_per_s", Unit: "MB/s", HigherIsBetter: true},
-			Ferry:  harness.Side{Label: "ferry internal/storage"},
-			Anchor: harness.Side{Label: "plain minio-go"},
-		})
+	rss := harness.ExtraMetric{Metric: harness.Metric{Name: "peak_rss_mb", Unit: "MB"}}
+	type spec struct{ name, op, anchor, anchorLabel string }
+	specs := []spec{
+		{"storage S3 upload " + e.c.storageSize, "upload", "minio", "plain minio-go PutObject"},
+		{"storage S3 download " + e.c.storageSize, "download", "minio", "plain minio-go GetObject"},
+		{"storage local copy " + e.c.storageSize, "copy", "cp-sync", "cp + sync of the copy"},
 	}
-	if e.tools["versitygw"] == "" {
-		return unavailable(jobs, "versitygw is not installed (scripts/setup-test-deps installs it)"), nil
+	var jobs []harness.Job
+	for _, s := range specs {
+		jobs = append(jobs, harness.Job{
+			Name: s.name, Group: "storage",
+			Metric: harness.Metric{Name: "mb_per_s", Unit: "MB/s", HigherIsBetter: true},
+			Extra:  []harness.ExtraMetric{rss},
+			Ferry:  harness.Side{Label: "ferry internal/storage"},
+			Anchor: harness.Side{Label: s.anchorLabel},
+		})
 	}
 	if entries, _ := os.ReadDir("bench/storagebench"); len(entries) == 0 {
 		return unavailable(jobs, "bench/storagebench does not exist yet"), nil
@@ -171,18 +179,32 @@ func storageJobs(e *env) ([]harness.Job, []string) {
 	if why != "" {
 		return unavailable(jobs, why), nil
 	}
-	if why := requireFlags(e.helpText(sb), "storagebench", "side", "op", "size"); why != "" {
+	help := e.helpText(sb)
+	if why := requireFlags(help, "storagebench", "side", "op", "size"); why != "" {
 		return unavailable(jobs, why), nil
 	}
-	for i, op := range []string{"upload", "download"} {
-		slug := slugify(jobs[i].Name)
-		for _, s := range []struct {
+	dir := filepath.Join(e.c.work, "storage")
+	os.MkdirAll(dir, 0o755)
+	for i, s := range specs {
+		if s.op != "copy" && e.tools["versitygw"] == "" {
+			jobs[i].Unavailable = "versitygw is not installed (scripts/setup-test-deps installs it)"
+			continue
+		}
+		if s.op == "copy" && !hasFlag(help, "dir") {
+			jobs[i].Unavailable = "storagebench has no -dir flag for the local copy"
+			continue
+		}
+		slug := slugify(s.name)
+		for _, side := range []struct {
 			side *harness.Side
 			name string
-		}{{&jobs[i].Ferry, "ferry"}, {&jobs[i].Anchor, "minio"}} {
-			s.side.Cmd = harness.Command{Argv: []string{sb, "-side", s.name, "-op", op, "-size", e.c.storageSize},
-				Stdout: e.outPath(slug, s.name)}
+		}{{&jobs[i].Ferry, "ferry"}, {&jobs[i].Anchor, s.anchor}} {
+			argv := []string{sb, "-side", side.name, "-op", s.op, "-size", e.c.storageSize}
+			if s.op == "copy" {
+				argv = append(argv, "-dir", dir)
+			}
+			side.side.Cmd = harness.Command{Argv: argv, Stdout: e.outPath(slug, side.name)}
 		}
 	}
-	return jobs, []string{"storage: one object of " + e.c.storageSize + " through a local versitygw started by bench/storagebench"}
+	return jobs, []string{"storage: one object of " + e.c.storageSize + " of random bytes; S3 through a local versitygw started by bench/storagebench; local copy in " + dir}
 }

@@ -158,7 +158,7 @@ func firstLine(s string) string {
 // WriteTable writes the plain-text summary table.
 func (r *Results) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "job\tferry\tanchor\tferry speed-up, median [min–max]\tpeak RSS ferry\tpeak RSS anchor")
+	fmt.Fprintln(tw, "job\tferry\tanchor\tferry advantage (>1 = better), median [min–max]\tpeak RSS ferry\tpeak RSS anchor")
 	for _, x := range rows(r) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.job, x.ferry, x.anchor, x.ratio, x.rssF, x.rssA)
 	}
@@ -198,7 +198,7 @@ func (r *Results) WriteMarkdown(w io.Writer, chartPath string) error {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("| job | ferry | anchor | ferry speed-up, median [min–max] | peak RSS ferry | peak RSS anchor |\n")
+	b.WriteString("| job | ferry | anchor | ferry advantage (>1 = better), median [min–max] | peak RSS ferry | peak RSS anchor |\n")
 	b.WriteString("|---|---:|---:|---|---:|---:|\n")
 	for _, x := range rows(r) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", md(x.job), x.ferry, x.anchor, md(x.ratio), x.rssF, x.rssA)
