@@ -32,6 +32,7 @@ Usage::
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,7 +79,8 @@ class DictRows(Dataset):
 
 def make_synthetic(out, ranks, rows, seq_len):
     exe = os.path.join(out, "mkshards")
-    subprocess.run(["go", "build", "-o", exe, "./shard/internal/mkshards"], cwd=REPO, check=True)
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    subprocess.run([go, "build", "-o", exe, "./shard/internal/mkshards"], cwd=REPO, check=True)
     d = os.path.join(out, "shards")
     subprocess.run([exe, "-out", d, "-ranks", str(ranks), "-rows", str(rows), "-seq-len", str(seq_len)],
                    check=True, stdout=subprocess.DEVNULL)
