@@ -317,3 +317,40 @@ def test_epoch_order_vectorized_matches_scalar(R, rows, B, drop_last, shuffle):
     got = sorted(o.block(g) for g in range(o.G))
     assert len(set(got)) == o.G
     assert sum(n for _, _, n in got) == R * (rows - (rows % B if drop_last else 0))
+
+
+def test_rank_from_ray_train_context(make_shards, monkeypatch):
+    # Ray is not installed here: a stand-in ray.train module with the
+    # context API (get_world_rank / get_world_size / get_local_rank).
+    import sys
+    import types
+
+    class Ctx:
+        def get_world_rank(self):
+            return 3
+
+        def get_world_size(self):
+            return 4
+
+        def get_local_rank(self):
+            return 1
+
+    train = types.ModuleType("ray.train")
+    train.get_context = lambda: Ctx()
+    ray = types.ModuleType("ray")
+    ray.train = train
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "ray.train", train)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert ferry.resolve_dist() == ferry.DistInfo(3, 4, 1, "ray")
+    d = make_shards(ranks=4, rows=32, seq_len=8)
+    ld = ferry.Loader(d, 2)
+    assert (ld.rank, ld.world_size) == (3, 4)
+    assert all(s == 3 for s, _, _ in ld.schedule())
+
+    def no_session():
+        raise RuntimeError("not in a Ray Train session")
+
+    train.get_context = no_session
+    assert ferry.resolve_dist().source == "single"
