@@ -109,13 +109,22 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 	if err != nil && why == "" {
 		why = "alpaca input: " + err.Error()
 	}
-	minBytes := int64(0) // quick: the sample once (~0.84 MB)
-	if e.c.mode == "full" && e.c.alpaca == "" {
-		minBytes = 20e6
+	// quick: the first 400 records of the sample (~0.35 MB) and the first
+	// 512 KiB of the corpus; full: the sample cycled to 20 MB (or the real
+	// Alpaca once) and the whole corpus (4.7 MB).
+	minBytes, corpusMax := int64(0), int64(512<<10)
+	var recs []record
+	if src != nil {
+		recs = src.recs
+		if e.c.mode == "quick" {
+			recs = recs[:min(400, len(recs))]
+		}
 	}
-	corpusMax := int64(1 << 20) // quick: the first 1 MiB of the corpus
 	if e.c.mode == "full" {
 		corpusMax = 0
+		if e.c.alpaca == "" {
+			minBytes = 20e6
+		}
 	}
 	type input struct {
 		name string
@@ -127,7 +136,7 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 		if src == nil {
 			break
 		}
-		p, n, b, err := e.writeTexts(fmt.Sprintf("alpaca-%s-%s.jsonl", t.name, e.c.mode), src.recs, t.eos, minBytes)
+		p, n, b, err := e.writeTexts(fmt.Sprintf("alpaca-%s-%s.jsonl", t.name, e.c.mode), recs, t.eos, minBytes)
 		if err != nil {
 			why = "alpaca input: " + err.Error()
 			break
