@@ -70,7 +70,7 @@ func run() error {
 	endpoint := flag.String("endpoint", "", "S3 endpoint URL; default: start versitygw on 127.0.0.1 (credentials then come from AWS_*)")
 	bucket := flag.String("bucket", "ferry-bench", "S3 bucket (created when the benchmark starts its own server)")
 	dir := flag.String("dir", os.TempDir(), "directory for local files and the versitygw data")
-	partSize := flag.Int64("part-size", storage.DefaultPartSize, "ferry: part size")
+	partSize := flag.Int64("part-size", 0, "ferry: part size of uploads and ranged reads (default: storage's, 16 MiB up, 8 MiB down)")
 	par := flag.Int("parallelism", storage.DefaultParallelism, "ferry: parts in flight")
 	flag.Parse()
 	size, err := parseSize(*sizeFlag)
@@ -267,7 +267,10 @@ func s3Bench(ctx context.Context, side, op, endpoint, bucket, dir string, size, 
 	key := fmt.Sprintf("bench/%s-%d", op, time.Now().UnixNano())
 	loc := "s3://" + bucket + "/" + key
 	defer mc.RemoveObject(context.WithoutCancel(ctx), bucket, key, minio.RemoveObjectOptions{})
-	opts := []storage.Option{storage.WithPartSize(partSize), storage.WithParallelism(par)}
+	opts := []storage.Option{storage.WithParallelism(par)}
+	if partSize > 0 {
+		opts = append(opts, storage.WithPartSize(partSize))
+	}
 
 	if op == "download" { // the object to read, written untimed
 		if _, err := mc.PutObject(ctx, bucket, key, newGen(size), size, minio.PutObjectOptions{}); err != nil {

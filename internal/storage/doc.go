@@ -27,9 +27,9 @@
 // multipart upload (invisible to readers; AbortIncompleteUploads removes
 // them, as does a bucket lifecycle rule).
 //
-// Memory: an S3 Writer holds at most part size x (parallelism + 1) bytes;
-// an S3 stream holds at most part size x (parallelism + 1); a Reader holds
-// nothing beyond the caller's buffer.
+// Memory: an S3 Writer holds at most part size x (parallelism + 1) bytes
+// (16 MiB x 5 by default); an S3 stream at most read chunk x (parallelism
+// + 1) (8 MiB x 5); a Reader nothing beyond the caller's buffer.
 //
 // S3 is configured as AWS tools are: AWS_ENDPOINT_URL (http:// or https://;
 // absent means AWS), AWS_REGION or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,

@@ -81,7 +81,7 @@ func (o *s3Object) readRange(ctx context.Context, p []byte, off int64) error {
 }
 
 // s3Reader implements Reader with ranged GETs; reads of more than two
-// parts are split into part-sized ranges fetched in parallel.
+// read chunks are split into chunk-sized ranges fetched in parallel.
 type s3Reader struct {
 	*s3Object
 	mu     sync.Mutex
@@ -126,7 +126,7 @@ func (r *s3Reader) ReadAt(p []byte, off int64) (int, error) {
 		n = int(rest)
 	}
 	buf := p[:n]
-	chunk := int(r.cfg.partSize)
+	chunk := int(r.cfg.readChunk)
 	if n <= 2*chunk || r.cfg.parallelism == 1 {
 		if err := r.readRange(r.ctx, buf, off); err != nil {
 			return 0, err
@@ -149,9 +149,9 @@ func (r *s3Reader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// s3Stream reads an object front to back. Objects up to one part are read
-// with one GET; larger ones with up to parallelism part-sized ranged GETs
-// in flight ahead of the reader, delivered in order.
+// s3Stream reads an object front to back. Objects up to one read chunk are
+// read with one GET; larger ones with up to parallelism chunk-sized ranged
+// GETs in flight ahead of the reader, delivered in order.
 type s3Stream struct {
 	o      *s3Object
 	cancel context.CancelFunc
@@ -179,7 +179,7 @@ func openS3Stream(ctx context.Context, loc string, cfg *config) (io.ReadCloser, 
 	ctx, cancel := context.WithCancel(ctx)
 	o.ctx = ctx
 	s := &s3Stream{o: o, cancel: cancel}
-	if o.size <= cfg.partSize || cfg.parallelism == 1 {
+	if o.size <= cfg.readChunk || cfg.parallelism == 1 {
 		var opts minio.GetObjectOptions
 		if o.etag != "" {
 			opts.SetMatchETag(o.etag)
@@ -199,11 +199,11 @@ func openS3Stream(ctx context.Context, loc string, cfg *config) (io.ReadCloser, 
 		s.free <- nil // allocation tokens: buffers are made on first use
 	}
 	s.wg.Add(1)
-	go s.produce(ctx, cfg.partSize)
+	go s.produce(ctx, cfg.readChunk)
 	return s, o.size, nil
 }
 
-// produce starts one fetch per part, in order, each as soon as a buffer is
+// produce starts one fetch per chunk, in order, each as soon as a buffer is
 // free, and queues its result channel for Read.
 func (s *s3Stream) produce(ctx context.Context, partSize int64) {
 	defer s.wg.Done()
