@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferryml/ferry/ckpt"
+	"github.com/ferryml/ferry/internal/storage"
+	"golang.org/x/term"
+)
+
+var errHelp = errors.New("help shown")
+
+const mergeUsage = `Usage: ckptmerge [flags] CKPT OUT
+       ckptmerge inspect [--json] CKPT
+
+Consolidates a sharded torch.distributed.checkpoint (DCP) directory into a
+Hugging Face safetensors model: OUT/model.safetensors, or above
+--max-shard-size OUT/model-0000k-of-0000n.safetensors plus
+OUT/model.safetensors.index.json (written last). CKPT and OUT are local
+paths, mounted volumes or s3://bucket/prefix URLs.
+
+CKPT may be a DCP directory (.metadata + *.distcp, torch 1.13 or 2.x), an
+accelerate checkpoint (its pytorch_model_fsdp_0/ is used), a torchtitan
+checkpoint folder (the highest step-N/ is used), or a directory of
+safetensors shards written by torch's HuggingFaceStorageWriter
+(DCP_SHARDING_INFO).
+
+Keys are cleaned: accelerate's "model." wrapper, _fsdp_wrapped_module.,
+_checkpoint_wrapped_module., _orig_mod. and a shared DDP "module." prefix are
+removed. Optimizer and other training state, and non-tensor (bytes) items,
+are left out unless --include-optimizer (bytes items always are).
+
+Examples:
+  ckptmerge ckpt/step-1000 hf/                        # one model.safetensors (or shards)
+  ckptmerge --dtype bf16 --config-from base/ out/pytorch_model_fsdp_0 hf/
+  ckptmerge --max-shard-size 2GB s3://runs/job7/ckpt s3://models/job7
+  ckptmerge --strip-prefix base_model. --rename 'layers\.(\d+)\.attn=layers.$1.self_attn' CKPT OUT
+  ckptmerge inspect ckpt/step-1000
+
+Exit status: 0 success, 1 error, 2 bad usage, 130 interrupted.
+
+Flags:
+`
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+type mergeConfig struct {
+	ckpt, out        string
+	dtype            string
+	maxShard         string
+	includeOptimizer bool
+	keepKeys         bool
+	strip, rename    listFlag
+	configFrom       string
+	force, verify    bool
+	jsonOut, quiet   bool
+	parallelism      int
+	bufferSize       int
+	progress         bool // set from the terminal check
+}
+
+func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c mergeConfig
+	fs := flag.NewFlagSet("ckptmerge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, mergeUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.dtype, "dtype", "keep", "output dtype of floating tensors: keep, bf16, fp16 or fp32")
+	fs.StringVar(&c.maxShard, "max-shard-size", "5GB", "split the output into shards of at most this size (HF naming; GB=1e9, GiB=2^30)")
+	fs.BoolVar(&c.includeOptimizer, "include-optimizer", false, "also write optimizer and other training-state tensors")
+	fs.BoolVar(&c.keepKeys, "keep-keys", false, "write keys as saved (no automatic prefix/wrapper cleaning)")
+	fs.Var(&c.strip, "strip-prefix", "remove this prefix from tensor names (repeatable)")
+	fs.Var(&c.rename, "rename", "REGEXP=REPLACEMENT applied to tensor names after cleaning (repeatable)")
+	fs.StringVar(&c.configFrom, "config-from", "", "copy config.json, generation_config.json and tokenizer files from this directory")
+	fs.BoolVar(&c.force, "force", false, "replace an existing model in OUT")
+	fs.BoolVar(&c.verify, "verify", false, "re-read the output and compare every tensor with the source; per-tensor SHA-256 in the summary")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the summary as JSON on stdout")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress and no summary line")
+	fs.IntVar(&c.parallelism, "parallelism", 0, "copy workers (default: number of CPUs, at most 8)")
+	fs.IntVar(&c.bufferSize, "buffer-size", 0, "bytes per copy buffer (default 4 MiB); memory is about 3 x parallelism x buffer")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return fmt.Errorf("%w: want CKPT and OUT, got %d arguments", errUsage, len(pos))
+	}
+	c.ckpt, c.out = pos[0], pos[1]
+	if f, ok := stderr.(*os.File); ok && !c.quiet && !c.jsonOut {
+		c.progress = term.IsTerminal(int(f.Fd()))
+	}
+	return runMerge(ctx, c, stdout, stderr)
+}
+
+// parseInterleaved parses flags placed before, between or after the
+// positional arguments ("--" ends flag parsing).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) error {
+	po := ckpt.PlanOptions{}
+	if c.dtype != "keep" && c.dtype != "" {
+		d, err := ckpt.ParseDType(c.dtype)
+		if err != nil || !d.IsFloat() {
+			return fmt.Errorf("%w: --dtype %q: want keep, bf16, fp16 or fp32", errUsage, c.dtype)
+		}
+		po.DType = d
+	}
+	n, err := ckpt.ParseSize(c.maxShard)
+	if err != nil {
+		return fmt.Errorf("%w: --max-shard-size: %v", errUsage, err)
+	}
+	po.MaxShardSize = n
+	ko := ckpt.KeyOptions{IncludeOptimizer: c.includeOptimizer, StripPrefixes: c.strip, KeepKeys: c.keepKeys}
+	for _, r := range c.rename {
+		rr, err := ckpt.ParseRename(r)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		ko.Renames = append(ko.Renames, rr)
+	}
+	if c.parallelism < 0 || c.bufferSize < 0 {
+		return fmt.Errorf("%w: --parallelism and --buffer-size must be positive", errUsage)
+	}
+	dir, note, err := resolveCheckpoint(ctx, c.ckpt)
+	if err != nil {
+		return err
+	}
+	if note != "" && !c.quiet && !c.jsonOut {
+		fmt.Fprintf(stderr, "ckptmerge: %s\n", note)
+	}
+	ck, err := ckpt.Open(ctx, sourceFor(dir))
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	sel, skipped, err := ckpt.SelectTensors(ck.Meta, ko)
+	if err != nil {
+		return err
+	}
+	if len(sel) == 0 {
+		return fmt.Errorf("%s: no tensors to write (%d items skipped)", dir, len(skipped))
+	}
+	plan, err := ckpt.NewPlan(sel, skipped, po)
+	if err != nil {
+		return err
+	}
+	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify}
+	if c.configFrom != "" {
+		mo.ConfigFrom = sourceFor(c.configFrom)
+	}
+	var total int64
+	for _, f := range plan.Files {
+		total += f.Size
+	}
+	var done atomic.Int64
+	stopProgress := func() {}
+	if c.progress {
+		mo.OnProgress = func(n int64) { done.Add(n) }
+		stopProgress = startProgress(stderr, &done, total)
+	}
+	var sink ckpt.Sink
+	if storage.IsS3(c.out) {
+		sink = ckpt.StorageSink(c.out)
+	} else {
+		sink = ckpt.DirSink(c.out)
+	}
+	res, err := ckpt.Merge(ctx, ck, plan, sink, mo)
+	stopProgress()
+	if err != nil {
+		return err
+	}
+	if c.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Input  string `json:"input"`
+			Format string `json:"format"`
+			*ckpt.Result
+		}{dir, ck.Format, res})
+	}
+	if !c.quiet {
+		printSummary(stderr, dir, res, total)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, dir string, res *ckpt.Result, total int64) {
+	names := make([]string, len(res.Files))
+	for i, f := range res.Files {
+		names[i] = f.Name
+	}
+	if res.Index != "" {
+		names = append(names, res.Index)
+	}
+	rate := float64(total) / max(res.Seconds, 1e-9)
+	fmt.Fprintf(w, "ckptmerge: %s -> %s: %d tensors, %s in %d file(s) in %.2fs (%s/s)\n",
+		dir, res.Output, len(res.Tensors), human(total), len(res.Files), res.Seconds, human(int64(rate)))
+	if len(res.Skipped) > 0 {
+		reasons := map[string]int{}
+		for _, s := range res.Skipped {
+			reasons[s.Reason]++
+		}
+		keys := make([]string, 0, len(reasons))
+		for r := range reasons {
+			keys = append(keys, r)
+		}
+		sort.Strings(keys)
+		for _, r := range keys {
+			fmt.Fprintf(w, "ckptmerge: skipped %d item(s): %s\n", reasons[r], r)
+		}
+	}
+	if len(res.Copied) > 0 {
+		fmt.Fprintf(w, "ckptmerge: copied %s\n", strings.Join(res.Copied, ", "))
+	}
+	if res.Verified {
+		fmt.Fprintf(w, "ckptmerge: verified %d tensors against the source (sha256 per tensor with --json)\n", len(res.Tensors))
+	}
+	fmt.Fprintf(w, "ckptmerge: wrote %s\n", strings.Join(names, ", "))
+}
+
+func human(n int64) string {
+	f := float64(n)
+	for _, u := range []string{"B", "kB", "MB", "GB", "TB"} {
+		if f < 1000 || u == "TB" {
+			if u == "B" {
+				return fmt.Sprintf("%d B", n)
+			}
+			return fmt.Sprintf("%.2f %s", f, u)
+		}
+		f /= 1000
+	}
+	return ""
+}
+
+func startProgress(w io.Writer, done *atomic.Int64, total int64) func() {
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case <-t.C:
+				d := done.Load()
+				el := time.Since(start).Seconds()
+				fmt.Fprintf(w, "\r\033[Kmerging: %s / %s (%d%%) %s/s", human(d), human(total), d*100/max(total, 1), human(int64(float64(d)/max(el, 1e-9))))
+			}
+		}
+	}()
+	return func() { close(stop); <-finished }
+}
+
+func sourceFor(loc string) ckpt.Source {
+	if storage.IsS3(loc) {
+		return ckpt.StorageSource(loc)
+	}
+	return ckpt.DirSource(loc)
+}
+
+var stepRE = regexp.MustCompile(`^step-([0-9]+)$`)
+
+// resolveCheckpoint finds the DCP directory inside what the user named:
+// the directory itself when it has .metadata or *.safetensors, else
+// accelerate's pytorch_model_fsdp_0/, else torchtitan's highest step-N/
+// (directly or under checkpoint/).
+func resolveCheckpoint(ctx context.Context, loc string) (dir, note string, err error) {
+	has := func(l string) bool {
+		_, err := storage.Stat(ctx, storage.Join(l, ".metadata"))
+		return err == nil
+	}
+	if has(loc) {
+		return loc, "", nil
+	}
+	infos, err := storage.List(ctx, loc)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", loc, err)
+	}
+	if len(infos) == 0 {
+		if _, err := os.Stat(loc); !storage.IsS3(loc) && errors.Is(err, fs.ErrNotExist) {
+			return "", "", fmt.Errorf("%s: %w", loc, fs.ErrNotExist)
+		}
+		return "", "", fmt.Errorf("%s: %w", loc, ckpt.ErrNotCheckpoint)
+	}
+	prefix := strings.TrimSuffix(storage.Join(loc, "x"), "x")
+	bestStep, best := -1, ""
+	for _, in := range infos {
+		rel := strings.TrimPrefix(in.Loc, prefix)
+		if storage.IsS3(loc) {
+			rel = filepath.ToSlash(rel)
+		}
+		if !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".safetensors") {
+			return loc, "", nil // safetensors shards
+		}
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		if len(parts) == 2 && parts[1] == ".metadata" && parts[0] == "pytorch_model_fsdp_0" {
+			d := storage.Join(loc, parts[0])
+			return d, "using accelerate model checkpoint " + d, nil
+		}
+		if n := len(parts); n >= 2 && parts[n-1] == ".metadata" && n <= 3 {
+			if m := stepRE.FindStringSubmatch(parts[n-2]); m != nil && (n == 2 || parts[0] == "checkpoint") {
+				s, _ := strconv.Atoi(m[1])
+				if s > bestStep {
+					bestStep, best = s, storage.Join(loc, parts[:n-1]...)
+				}
+			}
+		}
+	}
+	if best != "" {
+		return best, "using torchtitan checkpoint " + best + " (highest step)", nil
+	}
+	return "", "", fmt.Errorf("%s: %w: no .metadata (and no pytorch_model_fsdp_0/ or step-N/ inside)", loc, ckpt.ErrNotCheckpoint)
+}
