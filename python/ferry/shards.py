@@ -117,13 +117,22 @@ class Manifest:
             path,
             f"total_rows {self.total_rows} != ranks {self.ranks} x rows_per_rank {self.rows_per_rank}",
         )
-        self.unique_rows = raw.get("unique_rows", self.total_rows)
-        self.drop_last = bool(raw.get("drop_last", False))
-        self.seed = raw.get("seed", 0)
+        self.unique_rows = _int(raw, "unique_rows", path, "")
+        _need(
+            self.unique_rows <= self.total_rows or raw.get("drop_last") is True,
+            path,
+            f"unique_rows {self.unique_rows} > total_rows {self.total_rows} without drop_last",
+        )
+        self.drop_last = raw.get("drop_last")
+        _need(isinstance(self.drop_last, bool), path, f"drop_last = {self.drop_last!r}, want true or false")
+        self.seed = _int(raw, "seed", path, "")
         self.batch_rows = _int(raw, "batch_rows", path, "", 1)
         self.labels = raw.get("labels")
-        self.tokenizer = raw.get("tokenizer") or {}
-        self.stats = raw.get("stats") or {}
+        _need(isinstance(self.labels, str), path, f"labels = {self.labels!r}, want a string")
+        self.tokenizer = raw.get("tokenizer")
+        _need(isinstance(self.tokenizer, dict), path, f"tokenizer = {self.tokenizer!r:.80}, want an object")
+        self.stats = raw.get("stats") if raw.get("stats") is not None else {}
+        _need(isinstance(self.stats, dict), path, f"stats = {self.stats!r:.80}, want an object")
         files = raw.get("files")
         _need(isinstance(files, list), path, "field 'files' is missing or not a list")
         _need(

@@ -158,3 +158,86 @@ def test_bad_length_value(good, tmp_path):
     ld = ferry.Loader(d, 2, rank=0, world_size=2, shuffle=False)
     with pytest.raises(ferry.ShardError, match=rf"byte {off}: length of row 3 is 10000, want 0..8"):
         list(ld)
+
+
+def _mutations(rng, m):
+    """Yield (description, mutated manifest) pairs: hostile values in every field."""
+    import copy
+
+    hostile = [None, -1, 0, 2**63, 1.5, "7", [], {}, True]
+    paths = []
+
+    def walk(obj, path):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                paths.append(path + [k])
+                walk(v, path + [k])
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj[:2]):
+                paths.append(path + [i])
+                walk(v, path + [i])
+
+    walk(m, [])
+    for _ in range(300):
+        mm = copy.deepcopy(m)
+        path = rng.choice(paths)
+        parent = mm
+        for k in path[:-1]:
+            parent = parent[k]
+        if rng.random() < 0.2 and isinstance(parent, dict):
+            del parent[path[-1]]
+            yield f"delete {path}", mm
+        else:
+            v = rng.choice(hostile)
+            parent[path[-1]] = v
+            yield f"{path} = {v!r}", mm
+
+
+def test_hostile_manifests_give_ferry_errors_only(good, tmp_path):
+    import random
+
+    d = copy_of(good, tmp_path)
+    with open(os.path.join(d, "manifest.json")) as f:
+        m = json.load(f)
+    rng = random.Random(7)
+    for what, mm in _mutations(rng, m):
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(mm, f)
+        try:
+            ld = ferry.Loader(d, 2, rank=0, world_size=2)
+            for b in ld:
+                pass
+            for r in range(2):
+                sf = ld.shards.shard(r)
+                for row in range(sf.entry["rows"]):
+                    sf.segments(row)
+        except ferry.FerryError:
+            pass
+        except Exception as e:  # anything else is a bug: it must be a clear FerryError
+            raise AssertionError(f"manifest mutation {what}: {type(e).__name__}: {e}") from e
+
+
+def test_hostile_shard_bytes_give_ferry_errors_only(good, tmp_path):
+    import random
+
+    d = copy_of(good, tmp_path)
+    m = ferry.read_manifest(d)
+    size = m.files[0]["bytes"]
+    with open(shard0(d), "rb") as f:
+        orig = f.read()
+    rng = random.Random(11)
+    for _ in range(100):
+        data = bytearray(orig)
+        for _ in range(rng.randrange(1, 8)):
+            data[rng.randrange(size)] = rng.randrange(256)
+        with open(shard0(d), "wb") as f:
+            f.write(data)
+        try:
+            ld = ferry.Loader(d, 2, rank=0, world_size=2)
+            for b in ld:
+                pass
+            sf = ld.shards.shard(0)
+            for row in range(sf.entry["rows"]):
+                sf.segments(row)
+        except ferry.FerryError:
+            pass
