@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,6 +61,7 @@ type Server struct {
 	cfg Config
 	ds  *Dataset
 
+	nextID   atomic.Uint64
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	closed   bool
@@ -139,7 +141,7 @@ func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 			c.Close()
 			continue
 		}
-		ss := &session{srv: s, conn: c}
+		ss := &session{srv: s, conn: c, id: s.nextID.Add(1)}
 		s.sessions[ss] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -171,6 +173,7 @@ func (s *Server) Close() error {
 type session struct {
 	srv  *Server
 	conn *net.UnixConn
+	id   uint64
 
 	once sync.Once
 }
@@ -195,7 +198,9 @@ func (ss *session) run() {
 		s.wg.Done()
 	}()
 	if err := ss.serve(); err != nil {
-		s.cfg.Logf("client %s: %v", ss.conn.RemoteAddr(), err)
+		s.cfg.Logf("client %d: %v", ss.id, err)
+	} else {
+		s.cfg.Logf("client %d: disconnected, ring freed", ss.id)
 	}
 }
 
@@ -271,7 +276,7 @@ func (ss *session) serve() error {
 	if err != nil {
 		return fmt.Errorf("sending WELCOME: %w", err)
 	}
-	s.cfg.Logf("client %d (rank %d worker %d): %d slots × %d rows, %d bytes", ss.conn.RemoteAddr(), hello.Rank, hello.Worker, lay.Slots, lay.MaxRows, lay.TotalSize())
+	s.cfg.Logf("client %d (rank %d worker %d): %d slots × %d rows, %d bytes", ss.id, hello.Rank, hello.Worker, lay.Slots, lay.MaxRows, lay.TotalSize())
 
 	var fill Fill
 	fill.Refs = make([]RowRef, 0, lay.MaxRows)

@@ -1,0 +1,610 @@
+"""Client of the per-node feed daemon ``ferry-serve`` (Go: package serve).
+
+One ``ferry-serve`` per node maps the data set's shards (fetching them from S3
+first when needed); every training process connects to its Unix socket and
+receives a private, sealed shared-memory ring of batch slots plus an eventfd.
+:class:`ServeLoader` has the same API and yields the same batches, in the same
+order, as the direct :class:`ferry.Loader` (it *is* a Loader: epochs,
+shuffling, ``state_dict()``/``load_state_dict()``, resume on another world
+size and :class:`ferry.DataLoader` all work the same, and a state saved by one
+resumes the other)::
+
+    # on each node:  ferry-serve --data /vol/alpaca-qwen --socket /tmp/ferry.sock &
+    loader = ferry.ServeLoader("/tmp/ferry.sock", batch_size=4)
+    for batch in loader:
+        batch = ferry.to_device(batch, device)
+
+Protocol (layout drawn in serve/doc.go, pinned by serve/testdata/
+protocol.golden.json which tests/test_serve.py checks against this module):
+the client sends HELLO, gets WELCOME with the memfd and the eventfd
+(SCM_RIGHTS), maps the ring, and asks for batch after batch with FILL
+messages naming the rows (shard, row) in order; the daemon copies the rows
+into the slot and adds 1 to the eventfd. No atomics: every hand-over is a
+system call.
+
+Lifetime of a batch: its tensors are views of one ring slot and stay valid
+until the *next* batch is requested (the slot is then refilled). Keep a batch
+longer by copying it (``.clone()``, or ``to_device``, which copies anyway).
+In DataLoader worker processes batches are cloned before they are yielded,
+since torch sends them to the main process asynchronously. With ``slots``
+slots, ``slots - 1`` batches are prepared ahead while you hold one.
+
+Errors: :class:`DaemonGone` when the daemon exits, is killed or shuts down
+(raised within a second: the socket is polled together with the eventfd),
+:class:`ServeError` for a request the daemon refuses (its message says why),
+:class:`ProtocolError` for a daemon speaking another protocol version. Nothing
+is ever created in /dev/shm: the ring is a memfd, gone with the last process
+that maps it.
+"""
+
+import json
+import mmap
+import os
+import select
+import socket
+import struct
+import time
+from collections import deque
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from . import dist
+from .errors import FerryError
+from .loader import Loader
+from .shards import Manifest
+
+VERSION = 1
+MSG_MAGIC = 0x53595246  # "FRYS"
+MSG_HEADER = struct.Struct("<IHHII")
+MAX_MSG_SIZE = 128 << 10
+MSG_HELLO, MSG_WELCOME, MSG_FILL, MSG_ERROR = 1, 2, 3, 4
+CODE_BAD_REQUEST, CODE_NOT_SERVED, CODE_LIMIT, CODE_SHUTDOWN, CODE_IO = 1, 2, 3, 4, 5
+
+_HELLO = struct.Struct("<IIIiiI")
+_WELCOME = struct.Struct("<IIQII")
+_FILL = struct.Struct("<IIQQ")
+_ERROR = struct.Struct("<II")
+ROW_REF_SIZE = 8
+MAX_ROWS = (MAX_MSG_SIZE - MSG_HEADER.size - _FILL.size) // ROW_REF_SIZE
+MAX_SLOTS = 1024
+
+SHM_MAGIC = b"FERRYSHM"
+SHM_HEADER_SIZE = 4096
+SHM_COLUMN_TABLE_OFFSET = 64
+SHM_COLUMN_ENTRY_SIZE = 16
+SLOT_HEADER_SIZE = 64
+SLOT_ALIGN = 4096
+COLUMN_ALIGN = 64
+_SHM_FIXED = struct.Struct("<8sIIIIIIQQQQ")  # 64 bytes
+_COLUMN = struct.Struct("<QB3xI")
+_SLOT_HEADER = struct.Struct("<QIIQ")
+SLOT_FILLED = 1
+MODE_PAD, MODE_PACK = 0, 1
+DTYPE_INT32, DTYPE_INT64 = 1, 2
+_DTYPES = {DTYPE_INT32: np.dtype("<i4"), DTYPE_INT64: np.dtype("<i8")}
+COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "", "")
+
+# Seals the daemon puts on the ring (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
+_F_SEAL_SEAL, _F_SEAL_SHRINK, _F_SEAL_GROW = 0x1, 0x2, 0x4
+_F_GET_SEALS = 1034  # fcntl.F_GET_SEALS on Linux (Python >= 3.8 exposes it)
+REQUIRED_SEALS = _F_SEAL_SEAL | _F_SEAL_SHRINK | _F_SEAL_GROW
+
+DEFAULT_SOCKET = "/tmp/ferry-serve.sock"
+
+
+class ServeError(FerryError, RuntimeError):
+    """ferry-serve refused a request or failed; ``code`` is the protocol's
+    error code (1 bad request, 2 shard not served, 3 over a limit,
+    4 shutting down, 5 daemon I/O error), 0 when none was sent."""
+
+    def __init__(self, msg, code=0):
+        super().__init__(msg)
+        self.code = code
+
+
+class DaemonGone(ServeError, ConnectionError):
+    """The daemon is not running, exited, was killed or is shutting down."""
+
+
+class ProtocolError(ServeError):
+    """The peer does not speak this protocol version, or sent bad bytes."""
+
+
+# -- messages ------------------------------------------------------------------
+def _msg(typ, payload):
+    return MSG_HEADER.pack(MSG_MAGIC, typ, 0, len(payload), 0) + payload
+
+
+def encode_hello(slots, max_rows, rank=-1, worker=-1, version=VERSION):
+    return _msg(MSG_HELLO, _HELLO.pack(version, slots, max_rows, rank, worker, 0))
+
+
+def encode_welcome(shm_size, info, version=VERSION):
+    return _msg(MSG_WELCOME, _WELCOME.pack(version, 0, shm_size, len(info), 0) + info)
+
+
+def encode_fill(slot, seq, tag, refs):
+    """refs: (file, row) pairs, a sequence or an (n, 2) uint32 array."""
+    refs = np.ascontiguousarray(refs, dtype="<u4").reshape(-1, 2)
+    return _msg(MSG_FILL, _FILL.pack(slot, len(refs), seq, tag) + refs.tobytes())
+
+
+def encode_error(code, text):
+    return _msg(MSG_ERROR, _ERROR.pack(code, 0) + text.encode())
+
+
+def parse_msg(b):
+    """(type, payload) of one received datagram; ProtocolError if malformed."""
+    if len(b) < MSG_HEADER.size:
+        raise ProtocolError(f"ferry-serve message of {len(b)} bytes, want at least {MSG_HEADER.size}")
+    magic, typ, flags, length, reserved = MSG_HEADER.unpack_from(b)
+    if magic != MSG_MAGIC:
+        raise ProtocolError(f"ferry-serve message magic {magic:#010x} at byte 0, want {MSG_MAGIC:#010x}")
+    if flags or reserved:
+        raise ProtocolError(f"ferry-serve message type {typ}: reserved header bytes not zero")
+    if length != len(b) - MSG_HEADER.size:
+        raise ProtocolError(f"ferry-serve message type {typ}: header says {length} payload bytes, got {len(b) - 16}")
+    return typ, bytes(b[MSG_HEADER.size:])
+
+
+def parse_welcome(p):
+    if len(p) < _WELCOME.size:
+        raise ProtocolError(f"WELCOME payload of {len(p)} bytes, want at least {_WELCOME.size}")
+    version, _, shm_size, info_len, _ = _WELCOME.unpack_from(p)
+    if version != VERSION:
+        raise ProtocolError(f"ferry-serve speaks protocol version {version}, this client speaks {VERSION}")
+    if info_len != len(p) - _WELCOME.size:
+        raise ProtocolError(f"WELCOME info length {info_len} at byte 16, payload holds {len(p) - _WELCOME.size}")
+    return shm_size, p[_WELCOME.size:]
+
+
+def parse_error(p):
+    if len(p) < _ERROR.size:
+        raise ProtocolError(f"ERROR payload of {len(p)} bytes, want at least 8")
+    return _ERROR.unpack_from(p)[0], p[_ERROR.size:].decode("utf-8", "replace")
+
+
+# -- shared-memory layout -----------------------------------------------------------
+def _align(n, a):
+    return (n + a - 1) // a * a
+
+
+class Layout:
+    """The ring layout (serve.Layout): slot size and per-column placement."""
+
+    def __init__(self, slots, max_rows, seq_len, mode):
+        if not (1 <= slots <= MAX_SLOTS and 1 <= max_rows <= MAX_ROWS and 1 <= seq_len <= 1 << 20 and mode in (0, 1)):
+            raise ServeError(f"ring slots={slots} max_rows={max_rows} seq_len={seq_len} mode={mode} out of limits",
+                             CODE_LIMIT)
+        self.slots, self.max_rows, self.seq_len, self.mode = slots, max_rows, seq_len, mode
+        self.columns = [(0, 0, 0)] * 8  # (offset, dtype, width)
+        off = SLOT_HEADER_SIZE
+
+        def add(i, dt, width):
+            nonlocal off
+            off = _align(off, COLUMN_ALIGN)
+            self.columns[i] = (off, dt, width)
+            off += max_rows * width * _DTYPES[dt].itemsize
+
+        add(0, DTYPE_INT32, seq_len)
+        add(1, DTYPE_INT32, seq_len)
+        if mode == MODE_PAD:
+            add(2, DTYPE_INT32, seq_len)
+        else:
+            add(3, DTYPE_INT32, seq_len)
+        add(4, DTYPE_INT32, 1)
+        add(5, DTYPE_INT64, 1)
+        self.slot_size = _align(off, SLOT_ALIGN)
+        self.total_size = SHM_HEADER_SIZE + slots * self.slot_size
+
+    def slot_offset(self, i):
+        return SHM_HEADER_SIZE + i * self.slot_size
+
+    def header(self):
+        """The 4096-byte header page."""
+        b = bytearray(SHM_HEADER_SIZE)
+        _SHM_FIXED.pack_into(b, 0, SHM_MAGIC, VERSION, SHM_HEADER_SIZE, self.slots, self.max_rows, self.seq_len,
+                             self.mode, self.slot_size, SHM_HEADER_SIZE, self.total_size, 0)
+        for i, (off, dt, w) in enumerate(self.columns):
+            _COLUMN.pack_into(b, SHM_COLUMN_TABLE_OFFSET + i * SHM_COLUMN_ENTRY_SIZE, off, dt, w)
+        return bytes(b)
+
+
+def parse_header(b, size):
+    """Validate a ring header page against the memfd size; return its Layout.
+    Accepts exactly what Layout(...) produces for the same parameters."""
+    b = bytes(b[:SHM_HEADER_SIZE])
+    if len(b) < SHM_HEADER_SIZE:
+        raise ProtocolError(f"ring header of {len(b)} bytes, want {SHM_HEADER_SIZE}")
+    magic, ver, hs, slots, max_rows, seq_len, mode, _, _, _, _ = _SHM_FIXED.unpack_from(b)
+    if magic != SHM_MAGIC:
+        raise ProtocolError(f"ring magic {magic!r} at byte 0, want {SHM_MAGIC!r}")
+    if ver != VERSION or hs != SHM_HEADER_SIZE:
+        raise ProtocolError(f"ring version {ver} header_size {hs}, want {VERSION} and {SHM_HEADER_SIZE}")
+    try:
+        want = Layout(slots, max_rows, seq_len, mode)
+    except ServeError as e:
+        raise ProtocolError(f"ring header: {e}") from None
+    if b != want.header() or want.total_size > size:
+        raise ProtocolError(
+            f"ring header does not match the layout of {slots} slots x {max_rows} rows x seq_len {seq_len} "
+            f"(mode {mode}) within a {size}-byte memfd"
+        )
+    return want
+
+
+# -- connection ----------------------------------------------------------------------
+class ServeConnection:
+    """One connection to ferry-serve: a ring of ``slots`` slots for batches
+    of up to ``max_rows`` rows. Low level: :class:`ServeLoader` drives it.
+
+    ``fill(refs)`` queues a batch (returns its slot); ``wait()`` blocks until
+    the oldest queued batch is ready and returns ``(slot, rows)``;
+    ``batch(slot, rows)`` gives its tensors (views of the ring)."""
+
+    def __init__(self, path, slots, max_rows, rank=-1, worker=-1, timeout=60.0):
+        self.path = os.fspath(path)
+        self.timeout = timeout
+        self._sock = None
+        self._efd = -1
+        self._mm = None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(self.path)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                raise DaemonGone(
+                    f"no ferry-serve at {self.path} ({e.strerror}): start one per node, e.g. "
+                    f"`ferry-serve --data DATA_DIR --socket {self.path}`"
+                ) from None
+            sock.sendall(encode_hello(slots, max_rows, rank, worker))
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, MAX_MSG_SIZE + 1, 2)
+            except socket.timeout:
+                raise DaemonGone(f"ferry-serve at {self.path} did not answer within {timeout}s") from None
+            try:
+                if not msg:
+                    raise DaemonGone(f"ferry-serve at {self.path} closed the connection before answering")
+                typ, p = parse_msg(msg)
+                if typ == MSG_ERROR:
+                    code, text = parse_error(p)
+                    cls = DaemonGone if code == CODE_SHUTDOWN else ServeError
+                    raise cls(f"{self.path}: {text}", code)
+                if typ != MSG_WELCOME or len(fds) != 2:
+                    raise ProtocolError(f"{self.path}: got message type {typ} with {len(fds)} descriptors, "
+                                        "want WELCOME with 2")
+                shm_size, info = parse_welcome(p)
+                memfd, efd = fds
+                import fcntl
+
+                seals = fcntl.fcntl(memfd, getattr(fcntl, "F_GET_SEALS", _F_GET_SEALS))
+                if seals & REQUIRED_SEALS != REQUIRED_SEALS:
+                    raise ProtocolError(f"{self.path}: ring memfd seals {seals:#x}, want {REQUIRED_SEALS:#x}")
+                size = os.fstat(memfd).st_size
+                if size != shm_size or size < SHM_HEADER_SIZE:
+                    raise ProtocolError(f"{self.path}: ring memfd is {size} bytes, WELCOME says {shm_size}")
+                self._mm = mmap.mmap(memfd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                self.layout = parse_header(self._mm, size)
+                self.info = json.loads(info)
+                self._efd = efd
+                fds = [memfd]  # the mapping keeps the ring; the descriptor is closed below
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        except BaseException:
+            sock.close()
+            if self._mm is not None:
+                self._mm.close()
+            if self._efd >= 0:
+                os.close(self._efd)
+            raise
+        sock.settimeout(None)
+        self._sock = sock
+        self._poll = select.poll()
+        self._poll.register(self._efd, select.POLLIN)
+        self._poll.register(sock.fileno(), select.POLLIN)
+        self._ready = 0
+        self._seq = 0          # next FILL's sequence number
+        self._queue = deque()  # (seq, slot, rows) filled but not yet returned by wait()
+        lay = self.layout
+        u8 = np.frombuffer(self._mm, dtype=np.uint8)
+        self.address, self.size = u8.ctypes.data, len(self._mm)
+        self._views = []
+        for s in range(lay.slots):
+            base = lay.slot_offset(s)
+            v = {}
+            for i, (off, dt, w) in enumerate(lay.columns):
+                if off:
+                    a = np.frombuffer(self._mm, dtype=_DTYPES[dt], count=lay.max_rows * w, offset=base + off)
+                    v[COLUMNS[i]] = torch.from_numpy(a.reshape(lay.max_rows, w) if w > 1 else a)
+            self._views.append(v)
+        del u8
+
+    @property
+    def slots(self):
+        return self.layout.slots
+
+    @property
+    def in_flight(self):
+        return len(self._queue)
+
+    def fill(self, refs, tag=0):
+        """Queue a batch of rows ((shard, row) pairs); returns the slot it
+        will be in. The slot's previous batch must no longer be used."""
+        if self._sock is None:
+            raise ServeError(f"{self.path}: connection closed")
+        if len(self._queue) >= self.layout.slots:
+            raise ServeError(f"{self.path}: {len(self._queue)} batches in flight fill the {self.layout.slots}-slot ring")
+        refs = np.ascontiguousarray(refs, dtype="<u4").reshape(-1, 2)
+        seq = self._seq
+        slot = seq % self.layout.slots
+        msg = encode_fill(slot, seq, tag, refs)
+        try:
+            self._sock.send(msg)
+        except OSError as e:
+            self._check_socket(0)
+            raise DaemonGone(f"ferry-serve at {self.path}: connection lost ({e})") from None
+        self._seq += 1
+        self._queue.append((seq, slot, len(refs)))
+        return slot
+
+    def wait(self):
+        """Block until the oldest queued batch is ready; return (slot, rows)."""
+        if not self._queue:
+            raise ServeError(f"{self.path}: wait() with no batch queued")
+        if not self._ready:
+            self._wait_ready()
+        self._ready -= 1
+        seq, slot, rows = self._queue.popleft()
+        hseq, hrows, state, _ = _SLOT_HEADER.unpack_from(self._mm, self.layout.slot_offset(slot))
+        if hseq != seq or hrows != rows or state != SLOT_FILLED:
+            raise ProtocolError(f"{self.path}: slot {slot} holds seq {hseq} ({hrows} rows, state {state}), "
+                                f"want seq {seq} ({rows} rows, filled)")
+        return slot, rows
+
+    def _wait_ready(self):
+        deadline = None if not self.timeout else time.monotonic() + self.timeout
+        while True:
+            try:
+                self._ready += os.eventfd_read(self._efd)
+                return
+            except BlockingIOError:
+                pass
+            for fd, _ in self._poll.poll(1000):
+                if fd == self._sock.fileno():
+                    self._check_socket(0)
+            if deadline is not None and time.monotonic() > deadline:
+                raise ServeError(f"ferry-serve at {self.path}: no batch within {self.timeout}s "
+                                 "(daemon alive but stuck? see its log)")
+
+    def _check_socket(self, timeout_ms):
+        """Raise the daemon's error if the socket has one (or EOF)."""
+        if not self._poll.poll(timeout_ms) and timeout_ms:
+            return
+        try:
+            msg = self._sock.recv(MAX_MSG_SIZE + 1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            msg = b""
+            why = str(e)
+        else:
+            why = "EOF"
+        if not msg:
+            raise DaemonGone(f"ferry-serve at {self.path} closed the connection ({why}): the daemon exited or was "
+                             "killed; restart it and resume from your last checkpoint") from None
+        typ, p = parse_msg(msg)
+        if typ == MSG_ERROR:
+            code, text = parse_error(p)
+            cls = DaemonGone if code == CODE_SHUTDOWN else ServeError
+            raise cls(f"{self.path}: {text}", code)
+        raise ProtocolError(f"{self.path}: unexpected message type {typ} from ferry-serve")
+
+    def batch(self, slot, rows, attention_mask=True, copy=False):
+        """The batch dict of a ready slot: views of the ring (or copies)."""
+        v = self._views[slot]
+        if self.layout.mode == MODE_PACK:
+            out = {"input_ids": v["input_ids"][:rows], "labels": v["labels"][:rows],
+                   "position_ids": v["position_ids"][:rows]}
+        elif attention_mask:
+            out = {"input_ids": v["input_ids"][:rows], "attention_mask": v["attention_mask"][:rows],
+                   "labels": v["labels"][:rows]}
+        else:
+            out = {"input_ids": v["input_ids"][:rows], "length": v["length"][:rows], "labels": v["labels"][:rows]}
+        if copy:
+            out = {k: t.clone() for k, t in out.items()}
+        return out
+
+    def column(self, slot, rows, name):
+        """One column of a ready slot (e.g. "sample", "length"), a view."""
+        return self._views[slot][name][:rows]
+
+    def drain(self):
+        """Wait out every queued batch (after an interrupted iteration)."""
+        while self._queue:
+            self.wait()
+
+    def close(self):
+        """Disconnect; the daemon frees the ring. Tensors already handed out
+        keep the mapping alive and stay readable."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._efd >= 0:
+            os.close(self._efd)
+            self._efd = -1
+        self._views = []
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # tensors still view the ring; the mapping goes with them
+            self._mm = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# -- loader --------------------------------------------------------------------------
+class _InfoManifest:
+    """The manifest as the daemon describes it (no per-batch buffers)."""
+
+    fingerprint = Manifest.fingerprint
+
+    def __init__(self, info, path):
+        self.raw = info
+        self.path = path
+        try:
+            self.seq_len = int(info["seq_len"])
+            self.mode = info["mode"]
+            self.ranks = int(info["ranks"])
+            self.rows_per_rank = int(info["rows_per_rank"])
+            self.batch_rows = int(info["batch_rows"])
+            self.files = list(info["files"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError(f"{path}: dataset description from the daemon lacks {e}") from None
+        self.total_rows = info.get("total_rows", self.ranks * self.rows_per_rank)
+        self.unique_rows = info.get("unique_rows", self.total_rows)
+        self.drop_last = bool(info.get("drop_last", False))
+        self.seed = info.get("seed", 0)
+        self.labels = info.get("labels")
+        self.tokenizer = info.get("tokenizer") or {}
+        self.stats = info.get("stats") or {}
+        self.served_ranks = list(info.get("served_ranks", range(self.ranks)))
+
+
+class ServeLoader(Loader):
+    """A :class:`ferry.Loader` fed by ``ferry-serve`` instead of mapping the
+    shards itself: same arguments (minus the path, plus the socket), same
+    batches, same order, same state.
+
+    Args:
+        socket: the daemon's socket (default ``$FERRY_SERVE_SOCKET`` or
+            /tmp/ferry-serve.sock).
+        batch_size, rank, world_size, shuffle, seed, drop_last,
+        attention_mask: as for :class:`ferry.Loader`.
+        slots: ring slots per process (default 4: 3 batches prepared ahead
+            while you hold one).
+        timeout: seconds to wait for the daemon to answer (default 60; a dead
+            daemon is reported at once regardless).
+    """
+
+    def __init__(self, socket=None, batch_size=None, *, rank=None, world_size=None, shuffle=True, seed=None,
+                 drop_last=False, attention_mask=True, slots=4, timeout=60.0):
+        torch.utils.data.IterableDataset.__init__(self)
+        if batch_size is None:
+            raise TypeError("ServeLoader needs batch_size")
+        self.socket_path = os.fspath(socket or os.environ.get("FERRY_SERVE_SOCKET") or DEFAULT_SOCKET)
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size = {batch_size}, want >= 1")
+        if self.batch_size > MAX_ROWS:
+            raise ValueError(f"batch_size = {batch_size}: ferry-serve batches hold at most {MAX_ROWS} rows")
+        self.slots = int(slots)
+        if not 2 <= self.slots <= MAX_SLOTS:
+            raise ValueError(f"slots = {slots}, want 2..{MAX_SLOTS} (one held + at least one ahead)")
+        self.timeout = timeout
+        info = dist.resolve(rank, world_size)
+        self.rank, self.world_size = info.rank, info.world_size
+        self._conn = None
+        self._pid = None
+        conn = self._connect(-1)
+        m = self.manifest = _InfoManifest(conn.info, f"ferry-serve:{self.socket_path}")
+        self.shuffle = bool(shuffle)
+        self.seed = int(m.seed if seed is None else seed)
+        if self.seed < 0:
+            raise ValueError(f"seed = {self.seed}, want >= 0")
+        self.drop_last = bool(drop_last)
+        self.attention_mask = bool(attention_mask)
+        self.prefetch = False
+        self.copies = 0
+        self._epoch = 0
+        self._consumed = 0
+        self._order = None
+        if self._epoch_order(0).G == 0:
+            raise ValueError(f"{m.path}: batch_size {self.batch_size} > rows_per_rank {m.rows_per_rank} with "
+                             "drop_last=True: no batch to yield")
+        if self.world_size == m.ranks and self.rank not in m.served_ranks:
+            raise ServeError(f"{self.socket_path}: rank {self.rank}'s shard is not served by this daemon (it serves "
+                             f"{m.served_ranks}); start it with --ranks covering this node's ranks", CODE_NOT_SERVED)
+
+    def _connect(self, worker):
+        """This process's connection (a new one after fork: never share)."""
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        if self._conn is not None:
+            # Inherited through fork: close this process's copies only (the
+            # parent keeps its connection), so the daemon sees the parent's
+            # exit as an EOF even while workers live.
+            self._conn.close()
+        self._conn = ServeConnection(self.socket_path, self.slots, self.batch_size, rank=self.rank,
+                                     worker=worker, timeout=self.timeout)
+        self._pid = os.getpid()
+        return self._conn
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_conn"] = None
+        state["_pid"] = None
+        return state
+
+    @property
+    def connection(self):
+        """The current process's :class:`ServeConnection` (for tests/tools)."""
+        return self._connect(-1)
+
+    def __iter__(self):
+        self._begin()
+        epoch, start, W, w = self._epoch, self._consumed, self.world_size, self.rank
+        o = self._epoch_order(epoch)
+        n = o.steps(start, W)
+        wi = torch.utils.data.get_worker_info()
+        wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
+        copy = wi is not None  # batches leave a worker asynchronously: never hand out ring views there
+        conn = self._connect(-1 if wi is None else wid)
+        conn.drain()  # batches queued by an interrupted loop
+        us = iter(range(wid, n, nw))
+        ar = np.arange(self.batch_size, dtype="<u4")
+        refs = np.empty((self.batch_size, 2), dtype="<u4")
+
+        def submit():
+            u = next(us, None)
+            if u is None:
+                return
+            s, row, rows = o.block(start + u * W + w)
+            r = refs[:rows]
+            r[:, 0] = s
+            np.add(ar[:rows], row, out=r[:, 1])
+            conn.fill(r, tag=u)
+            pending.append(u)
+
+        pending = deque()
+        for _ in range(conn.slots - 1):
+            submit()
+        while pending:
+            u = pending.popleft()
+            slot, rows = conn.wait()
+            batch = conn.batch(slot, rows, self.attention_mask, copy)
+            self._consumed = start + (u + 1) * W
+            yield batch
+            # The caller asked for the next batch: the one just yielded is
+            # released, so its slot can take the next request.
+            submit()
+
+    def close(self):
+        """Disconnect from the daemon (tensors already yielded stay readable)."""
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
