@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -84,10 +85,8 @@ func (t *trie) longest(s string) (*addedToken, int) {
 // nextCandidate returns the first index >= i where a token may start, or len(s).
 func (t *trie) nextCandidate(s string, i int) int {
 	if t.only >= 0 {
-		for j := i; j < len(s); j++ {
-			if s[j] == byte(t.only) {
-				return j
-			}
+		if j := strings.IndexByte(s[i:], byte(t.only)); j >= 0 {
+			return i + j
 		}
 		return len(s)
 	}

@@ -1,11 +1,7 @@
 package tokenize
 
 import (
-	"hash/maphash"
 	"math"
-	"slices"
-	"strings"
-	"sync/atomic"
 )
 
 // bpeModel is a byte-level BPE model whose vocabulary is keyed by raw bytes
@@ -235,36 +231,14 @@ func growInt32(s []int32, n int) []int32 {
 	return s[:n]
 }
 
-// cache maps pre-tokens to their ids. It is a direct-mapped table of atomic
-// pointers: lookups take no lock and do not allocate, a store replaces
-// whatever was in the slot, so it is safe for concurrent use and bounded.
-type cache struct {
-	seed  maphash.Seed
-	slots []atomic.Pointer[cacheEntry]
-	mask  uint64
+// state is the per-goroutine working memory of AppendEncode: BPE scratch
+// space and a cache of pre-token -> ids. States live in a sync.Pool, so each
+// running goroutine has its own, without locks.
+type state struct {
+	scratch
+	cache *ptCache
 }
 
-type cacheEntry struct {
-	key string
-	ids []int32
-}
-
-// maxCachedLen is the longest pre-token (in bytes) kept in the cache.
-const maxCachedLen = 64
-
-func newCache(bits uint) *cache {
-	return &cache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[cacheEntry], 1<<bits), mask: 1<<bits - 1}
-}
-
-func (c *cache) get(key string) ([]int32, uint64, bool) {
-	h := maphash.String(c.seed, key)
-	if e := c.slots[h&c.mask].Load(); e != nil && e.key == key {
-		return e.ids, h, true
-	}
-	return nil, h, false
-}
-
-func (c *cache) put(h uint64, key string, ids []int32) {
-	e := &cacheEntry{key: strings.Clone(key), ids: slices.Clone(ids)}
-	c.slots[h&c.mask].Store(e)
+func newState() *state {
+	return &state{cache: newPTCache()}
 }

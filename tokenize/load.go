@@ -299,16 +299,16 @@ func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
 }
 
 type modelJSON struct {
-	Type                    string            `json:"type"`
-	Dropout                 *float64          `json:"dropout"`
-	UnkToken                *string           `json:"unk_token"`
-	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
-	FuseUnk                 bool              `json:"fuse_unk"`
-	ByteFallback            bool              `json:"byte_fallback"`
-	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   *vocabJSON        `json:"vocab"`
-	Merges                  mergesJSON        `json:"merges"`
+	Type                    string     `json:"type"`
+	Dropout                 *float64   `json:"dropout"`
+	UnkToken                *string    `json:"unk_token"`
+	ContinuingSubwordPrefix *string    `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string    `json:"end_of_word_suffix"`
+	FuseUnk                 bool       `json:"fuse_unk"`
+	ByteFallback            bool       `json:"byte_fallback"`
+	IgnoreMerges            bool       `json:"ignore_merges"`
+	Vocab                   *vocabJSON `json:"vocab"`
+	Merges                  mergesJSON `json:"merges"`
 }
 
 func (t *Tokenizer) parseModel(v *modelJSON, path string) error {

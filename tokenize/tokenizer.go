@@ -51,8 +51,7 @@ type Tokenizer struct {
 	joinDecode bool             // no decoder: Decode joins tokens with spaces, as HF
 
 	special Special
-	cache   *cache
-	scratch sync.Pool
+	states  sync.Pool // *state
 }
 
 // preStage is one step of the pre-tokenizer.
@@ -61,9 +60,6 @@ type preStage struct {
 	re          *regexSplitter // a regex Split, or
 	prefixSpace bool           // ByteLevel's add_prefix_space
 }
-
-// cacheBits sets the size of the pre-token cache: 1<<cacheBits entries.
-const cacheBits = 17
 
 func (t *Tokenizer) finish() {
 	if len(t.stages) == 1 && t.stages[0].scan != scanNone {
@@ -78,8 +74,7 @@ func (t *Tokenizer) finish() {
 		t.special.EOSID = t.suffix[0]
 		t.special.EOS = t.tokens[t.suffix[0]]
 	}
-	t.cache = newCache(cacheBits)
-	t.scratch.New = func() any { return new(scratch) }
+	t.states.New = func() any { return newState() }
 }
 
 // Special returns the special tokens: from tokenizer_config.json when Load
@@ -138,9 +133,9 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []in
 	if addSpecial {
 		dst = append(dst, t.prefix...)
 	}
-	var sc *scratch
+	sc := t.states.Get().(*state)
 	if t.rawTrie.empty() {
-		dst = t.appendNormalized(dst, text, &sc)
+		dst = t.appendNormalized(dst, text, sc)
 	} else {
 		prev := 0
 		for {
@@ -149,18 +144,16 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []in
 				break
 			}
 			if m.start > prev {
-				dst = t.appendNormalized(dst, text[prev:m.start], &sc)
+				dst = t.appendNormalized(dst, text[prev:m.start], sc)
 			}
 			dst = append(dst, m.tok.ID)
 			prev = m.end
 		}
 		if prev < len(text) {
-			dst = t.appendNormalized(dst, text[prev:], &sc)
+			dst = t.appendNormalized(dst, text[prev:], sc)
 		}
 	}
-	if sc != nil {
-		t.scratch.Put(sc)
-	}
+	t.states.Put(sc)
 	if addSpecial {
 		dst = append(dst, t.suffix...)
 	}
@@ -190,7 +183,7 @@ func fixComposition(s string) string {
 	return strings.ReplaceAll(s, composed, decomposed)
 }
 
-func (t *Tokenizer) appendNormalized(dst []int32, seg string, sc **scratch) []int32 {
+func (t *Tokenizer) appendNormalized(dst []int32, seg string, sc *state) []int32 {
 	seg = t.normalize(seg)
 	if t.normTrie.empty() {
 		return t.appendPreTokenized(dst, seg, sc)
@@ -213,7 +206,7 @@ func (t *Tokenizer) appendNormalized(dst []int32, seg string, sc **scratch) []in
 	return dst
 }
 
-func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc **scratch) []int32 {
+func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc *state) []int32 {
 	if k := t.fastScan; k != scanNone {
 		for len(seg) > 0 {
 			n := scan(k, seg)
@@ -264,31 +257,26 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc **scratch) []
 }
 
 // appendPiece appends the BPE ids of one pre-token.
-func (t *Tokenizer) appendPiece(dst []int32, p string, sc **scratch) []int32 {
+func (t *Tokenizer) appendPiece(dst []int32, p string, sc *state) []int32 {
 	m := &t.model
 	if len(p) == 1 {
 		if id := m.byteID[p[0]]; id >= 0 {
 			return append(dst, id)
 		}
 	}
-	if m.ignoreMerges {
-		if id, ok := m.vocab[p]; ok {
-			return append(dst, id)
-		}
-	}
-	if *sc == nil {
-		*sc = t.scratch.Get().(*scratch)
-	}
 	if len(p) > maxCachedLen {
-		return m.appendBPE(dst, p, *sc)
+		return m.appendBPE(dst, p, &sc.scratch)
 	}
-	ids, h, ok := t.cache.get(p)
+	// The small per-goroutine cache first: the vocabulary map is large and
+	// cold in the CPU caches.
+	h, a, b := sc.cache.hash(p)
+	dst, ok := sc.cache.get(dst, p, h, a, b)
 	if ok {
-		return append(dst, ids...)
+		return dst
 	}
 	start := len(dst)
-	dst = m.appendBPE(dst, p, *sc)
-	t.cache.put(h, p, dst[start:])
+	dst = m.appendBPE(dst, p, &sc.scratch)
+	sc.cache.put(p, h, a, b, dst[start:])
 	return dst
 }
 

@@ -1,0 +1,68 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"io"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// alpacaPrompts returns the bundled Alpaca demo records formatted as the seed
+// workloads do, with the model's EOS appended.
+func alpacaPrompts(t testing.TB, eos string) []string {
+	t.Helper()
+	data, err := io.ReadAll(openMaybeCompressed(t, filepath.Join("..", "testdata", "alpaca", "alpaca_en_demo.json.zst")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []struct{ Instruction, Input, Output string }
+	if err := json.Unmarshal(data, &recs); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		s := "### Instruction:\n" + r.Instruction + "\n\n"
+		if r.Input != "" {
+			s += "### Input:\n" + r.Input + "\n\n"
+		}
+		out[i] = s + "### Response:\n" + r.Output + eos
+	}
+	return out
+}
+
+func benchTexts(b *testing.B, tok *Tokenizer, texts []string) {
+	n := 0
+	for _, s := range texts {
+		n += len(s)
+	}
+	var dst []int32
+	for _, s := range texts { // warm the cache, as a long run would
+		dst = tok.AppendEncode(dst[:0], s, true)
+	}
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	cpu0 := cpuSeconds()
+	for b.Loop() {
+		for _, s := range texts {
+			dst = tok.AppendEncode(dst[:0], s, true)
+		}
+	}
+	// Wall-clock MB/s suffers on a shared machine; CPU seconds do less.
+	b.ReportMetric(float64(n)*float64(b.N)/1e6/(cpuSeconds()-cpu0), "MB/cpu-s")
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func BenchmarkEncode(b *testing.B) {
+	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>"}
+	for _, m := range models {
+		tok := loadModel(b, m)
+		b.Run("alpaca/"+m, func(b *testing.B) { benchTexts(b, tok, alpacaPrompts(b, eos[m])) })
+		b.Run("corpus/"+m, func(b *testing.B) { benchTexts(b, tok, corpusTexts(b)) })
+	}
+}

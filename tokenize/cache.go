@@ -1,0 +1,159 @@
+package tokenize
+
+import (
+	"hash/maphash"
+	"math/bits"
+)
+
+// ptCache maps pre-tokens (at most maxCachedLen bytes) to their ids. It is
+// an open-addressing table specialised for short keys: a dense array of hash
+// tags to probe, keys and multi-id values in arenas. It is not safe for
+// concurrent use: each goroutine gets its own through a sync.Pool (see state).
+type ptCache struct {
+	slots []ptSlot
+	keys  []byte  // bytes of the keys longer than 16 bytes
+	ids   []int32 // ids of the entries with more than one id
+	count int
+	seed  uint64
+}
+
+// ptSlot is one entry. Keys of up to 16 bytes are identified exactly by
+// their length and the two words a, b that hash reads from them, so they
+// are compared without touching the key bytes.
+type ptSlot struct {
+	tag  uint64 // hash | 1 (never 0); 0 = empty slot
+	a, b uint64
+	kofs uint32 // key offset in keys (keys longer than 16 bytes)
+	val  uint32 // the id when n == 1, else the offset in ids
+	klen uint8
+	n    uint8 // number of ids
+}
+
+const (
+	// maxCachedLen is the longest pre-token (in bytes) kept in the cache.
+	maxCachedLen = 64
+	// maxCacheEntries bounds each cache (about 40 bytes an entry plus the
+	// ids); a full cache starts over empty.
+	maxCacheEntries = 1 << 17
+	minCacheSlots   = 1 << 12
+)
+
+var cacheSeed = uint64(new(maphash.Hash).Sum64()) | 1
+
+func newPTCache() *ptCache {
+	c := &ptCache{seed: cacheSeed}
+	c.reset(minCacheSlots)
+	return c
+}
+
+func (c *ptCache) reset(slots int) {
+	c.slots = make([]ptSlot, slots)
+	c.keys = c.keys[:0]
+	c.ids = c.ids[:0]
+	c.count = 0
+}
+
+// load64 reads 8 little-endian bytes of s at i (the compiler merges the loads).
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func load32(s string, i int) uint64 {
+	s = s[i : i+4]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
+}
+
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// hash is a wyhash-style hash of a short string; a and b are the words it
+// read, which identify keys of up to 16 bytes.
+func (c *ptCache) hash(p string) (h, a, b uint64) {
+	const k1, k2, k3 = 0xa0761d6478bd642f, 0xe7037ed1a0b428db, 0x8ebc6af09c88c6e3
+	n := len(p)
+	switch {
+	case n > 16:
+		h := c.seed
+		i := 0
+		for ; i+16 < n; i += 16 {
+			h = mix(load64(p, i)^k1, load64(p, i+8)^h)
+		}
+		a, b = load64(p, n-16)^h, load64(p, n-8)
+	case n >= 8:
+		a, b = load64(p, 0), load64(p, n-8)
+	case n >= 4:
+		a, b = load32(p, 0), load32(p, n-4)
+	case n > 0:
+		a = uint64(p[0])<<16 | uint64(p[n>>1])<<8 | uint64(p[n-1])
+	}
+	return mix(a^k2^c.seed, b^k3^uint64(n)) | 1, a, b
+}
+
+// get appends the ids of p to dst; ok is false when p is not cached.
+func (c *ptCache) get(dst []int32, p string, h, a, b uint64) ([]int32, bool) {
+	mask := uint64(len(c.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := &c.slots[i]
+		if s.tag == 0 {
+			return dst, false
+		}
+		if s.tag != h || s.a != a || s.b != b || int(s.klen) != len(p) {
+			continue
+		}
+		if len(p) > 16 && string(c.keys[s.kofs:s.kofs+uint32(s.klen)]) != p {
+			continue
+		}
+		if s.n == 1 {
+			return append(dst, int32(s.val)), true
+		}
+		return append(dst, c.ids[s.val:s.val+uint32(s.n)]...), true
+	}
+}
+
+// put caches ids for p (len(p) <= maxCachedLen, 1 <= len(ids) <= 255).
+func (c *ptCache) put(p string, h, a, b uint64, ids []int32) {
+	if len(ids) == 0 || len(ids) > 255 || len(p) > maxCachedLen {
+		return
+	}
+	if c.count >= maxCacheEntries || len(c.keys)+len(p) > 1<<31 || len(c.ids)+len(ids) > 1<<31 {
+		c.reset(len(c.slots))
+	} else if (c.count+1)*2 > len(c.slots) {
+		c.grow()
+	}
+	s := ptSlot{tag: h, a: a, b: b, klen: uint8(len(p)), n: uint8(len(ids))}
+	if len(p) > 16 {
+		s.kofs = uint32(len(c.keys))
+		c.keys = append(c.keys, p...)
+	}
+	if len(ids) == 1 {
+		s.val = uint32(ids[0])
+	} else {
+		s.val = uint32(len(c.ids))
+		c.ids = append(c.ids, ids...)
+	}
+	c.insert(s)
+	c.count++
+}
+
+func (c *ptCache) insert(s ptSlot) {
+	mask := uint64(len(c.slots) - 1)
+	i := s.tag & mask
+	for c.slots[i].tag != 0 {
+		i = (i + 1) & mask
+	}
+	c.slots[i] = s
+}
+
+func (c *ptCache) grow() {
+	old := c.slots
+	c.slots = make([]ptSlot, 2*len(old))
+	for i := range old {
+		if old[i].tag != 0 {
+			c.insert(old[i])
+		}
+	}
+}
