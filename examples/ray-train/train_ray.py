@@ -208,10 +208,10 @@ def run_dataprep(args, ranks):
 def run_ckptmerge(args):
     with open(os.path.join(args.checkpoint_dir, "latest.json")) as f:
         last = json.load(f)["checkpoint"]
-    cmd = [args.ckptmerge, "--out", args.output_dir]
+    cmd = [args.ckptmerge, "--force"]  # a retried job replaces its own output
     if args.config_from:
         cmd += ["--config-from", args.config_from]
-    cmd.append(os.path.join(args.checkpoint_dir, last))
+    cmd += [os.path.join(args.checkpoint_dir, last), args.output_dir]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 

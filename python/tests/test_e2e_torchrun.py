@@ -118,7 +118,7 @@ def test_torchrun_example_end_to_end(tmp_path):
         assert json.load(f)["step"] == 20
 
     merged = tmp_path / "hf"
-    run([ckptmerge, "--out", str(merged), str(ckpt)])
+    run([ckptmerge, str(ckpt), str(merged)])
     tensors = merged_tensors(str(merged))
     want = torch.load(ref)
     assert sorted(tensors) == sorted(want)
