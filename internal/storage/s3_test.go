@@ -423,3 +423,46 @@ func TestS3ConfigNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestS3StreamStop closes and cancels streams in the middle of the
+// read-ahead: Close returns (all fetchers have ended), and a cancelled
+// stream reports the context's error rather than a short read.
+func TestS3StreamStop(t *testing.T) {
+	_, bucket := startS3(t)
+	ctx := context.Background()
+	loc := Join(bucket, "stream")
+	data := randBytes(6*testPart+3, 8)
+	if err := writeAll(ctx, loc, data, 1<<20, WithPartSize(testPart)); err != nil {
+		t.Fatal(err)
+	}
+	opts := []Option{WithPartSize(testPart), WithParallelism(2)}
+
+	s, _, err := OpenStream(ctx, loc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, testPart+10)
+	if _, err := io.ReadFull(s, head); err != nil || !bytes.Equal(head, data[:len(head)]) {
+		t.Fatalf("first bytes: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read(head); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Read after Close: %v, want ErrClosed", err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	s, _, err = OpenStream(cctx, loc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := io.ReadFull(s, head); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := io.Copy(io.Discard, s); !errors.Is(err, context.Canceled) {
+		t.Fatalf("copy after cancel: %v, want context.Canceled", err)
+	}
+}
