@@ -1,0 +1,152 @@
+package tokenize
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var scanPatterns = []struct {
+	kind    scanKind
+	pattern string
+}{
+	{scanLlama3, PatternLlama3},
+	{scanQwen2, PatternQwen2},
+	{scanGPT2, PatternGPT2},
+}
+
+func scanAll(kind scanKind, s string) []string {
+	var out []string
+	for len(s) > 0 {
+		n := scan(kind, s)
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return out
+}
+
+var fallbacks = sync.OnceValue(func() map[scanKind]*regexSplitter {
+	m := map[scanKind]*regexSplitter{}
+	for _, p := range scanPatterns {
+		re, err := newRegexSplitter(p.pattern, false, true)
+		if err != nil {
+			panic(err)
+		}
+		m[p.kind] = re
+	}
+	return m
+})
+
+func regexAll(kind scanKind, s string) []string {
+	var out []string
+	for _, sp := range fallbacks()[kind].appendSpans(nil, s) {
+		out = append(out, s[sp.start:sp.end])
+	}
+	return out
+}
+
+func TestScanTable(t *testing.T) {
+	for _, tc := range []struct {
+		kind scanKind
+		in   string
+		want []string
+	}{
+		{scanLlama3, "Hello world", []string{"Hello", " world"}},
+		{scanLlama3, "it's I'LL 'ſ 'Re", []string{"it", "'s", " I", "'LL", " '", "ſ", " '", "Re"}},
+		{scanLlama3, "'ſx", []string{"'ſ", "x"}},
+		{scanGPT2, "'ſx 'S", []string{"'", "ſx", " '", "S"}},
+		{scanLlama3, "1234567", []string{"123", "456", "7"}},
+		{scanQwen2, "123", []string{"1", "2", "3"}},
+		{scanGPT2, "a 123 b", []string{"a", " 123", " b"}},
+		{scanLlama3, "a   b", []string{"a", "  ", " b"}},
+		{scanLlama3, "a  \n\n b", []string{"a", "  \n\n", " b"}},
+		{scanLlama3, "x \t \n y  ", []string{"x", " \t \n", " y", "  "}},
+		{scanLlama3, "a\r\nb", []string{"a", "\r\n", "b"}},
+		{scanLlama3, "?!\n\nx", []string{"?!\n\n", "x"}},
+		{scanLlama3, " ?? x", []string{" ??", " x"}},
+		{scanLlama3, "\u3000\u3000x", []string{"\u3000", "\u3000x"}},
+		{scanLlama3, "\u00a0x", []string{"\u00a0x"}},
+		{scanLlama3, "\nx", []string{"\n", "x"}},
+		{scanLlama3, "é\u0301", []string{"é", "\u0301"}},
+		{scanLlama3, "a\xffb", []string{"a", "\xffb"}},
+		{scanGPT2, "a  \n b", []string{"a", "  \n", " b"}},
+		{scanGPT2, "x\u2028y", []string{"x", "\u2028", "y"}},
+	} {
+		if got := scanAll(tc.kind, tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("kind %d %q: got %q, want %q", tc.kind, tc.in, got, tc.want)
+		}
+		if got := regexAll(tc.kind, tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("regexp2 kind %d %q: got %q, want %q", tc.kind, tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestScanMatchesRegexpCorpus runs the scanners and the regexp2 fallback on
+// corpus-dev lines (every 8th; regexp2 is slow) and wants the same pieces.
+func TestScanMatchesRegexpCorpus(t *testing.T) {
+	texts := corpusTexts(t)
+	for _, p := range scanPatterns {
+		t.Run(fmt.Sprint(p.kind), func(t *testing.T) {
+			t.Parallel()
+			bad := 0
+			for i := 0; i < len(texts); i += 8 {
+				got, want := scanAll(p.kind, texts[i]), regexAll(p.kind, texts[i])
+				if !slices.Equal(got, want) {
+					if bad++; bad <= 3 {
+						t.Errorf("line %d: scanner %q\nregexp2 %q", i+1, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// FuzzScanner is the differential fuzz test of the hand-written scanners
+// against the regexp2 fallback, on arbitrary bytes (invalid UTF-8 included).
+func FuzzScanner(f *testing.F) {
+	for _, s := range []string{
+		"Hello world", "it's I'LL 'ſ 'Re", "1234567 ١٢٣", "a  \n\n b  ", "\r\n\r", "?!\n\nx",
+		"\u3000\u3000x\u00a0\u0085\u2028\u2029\v\f", "a\xffb\xe2\x82", "\xf0\x9f\x98", "<|im_end|>",
+		"e\u0301 \u1100\u1161 𐵊𐵋", "\t \t \t x", "''s 're've", "x  ", " ", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 4096 {
+			s = s[:4096]
+		}
+		for _, p := range scanPatterns {
+			got, want := scanAll(p.kind, s), regexAll(p.kind, s)
+			if !slices.Equal(got, want) {
+				t.Fatalf("pattern %d on %q:\nscanner %q\nregexp2 %q", p.kind, s, got, want)
+			}
+			if strings.Join(got, "") != s {
+				t.Fatalf("pieces do not tile the input")
+			}
+		}
+	})
+}
+
+func TestRewritePattern(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		wantErr bool
+	}{
+		{`\p{L}+`, false},
+		{`[^\s\p{L}]`, false},
+		{`\S+`, false},
+		{`[\S]`, true},
+		{`\p{Lu}`, true},
+		{`(?i:abc)`, false},
+		{`(?i:a+)`, true},
+		{`(?i:`, true},
+		{`[]a]`, false},
+	} {
+		_, err := rewritePattern(tc.in)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("rewritePattern(%q): err = %v, want error %v", tc.in, err, tc.wantErr)
+		}
+	}
+}
