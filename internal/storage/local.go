@@ -64,11 +64,11 @@ type localStream struct {
 func (s localStream) Read(p []byte) (int, error) { return s.f.Read(p) }
 func (s localStream) Close() error               { return s.f.Close() }
 
-// WriteTo copies the rest of the file to w, in the kernel when w is a local
-// Writer.
+// WriteTo copies the rest of the file to w: in the kernel when w is a
+// local Writer or a file, straight into part buffers for an S3 Writer.
 func (s localStream) WriteTo(w io.Writer) (int64, error) {
-	if lw, ok := w.(*localWriter); ok {
-		return lw.ReadFrom(s.f)
+	if rf, ok := w.(io.ReaderFrom); ok {
+		return rf.ReadFrom(s.f)
 	}
 	return io.Copy(w, onlyReader{s.f})
 }

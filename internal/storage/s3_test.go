@@ -93,6 +93,21 @@ func TestS3RoundTrip(t *testing.T) {
 			if got := readAllStream(t, loc, opts...); sha256.Sum256(got) != sha256.Sum256(data) {
 				t.Fatalf("stream: content differs (%d bytes read)", len(got))
 			}
+			// The same bytes through io.Copy, which uses the writer's ReadFrom.
+			w, err := Create(ctx, loc+".copy", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			if n, err := io.Copy(w, iotestHalfReader{bytes.NewReader(data)}); err != nil || n != int64(tc.size) {
+				t.Fatalf("io.Copy = %d, %v", n, err)
+			}
+			if err := w.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if got := readAllStream(t, loc+".copy", opts...); !bytes.Equal(got, data) {
+				t.Fatalf("copy: content differs (%d bytes read)", len(got))
+			}
 			r, err := Open(ctx, loc, opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -465,4 +480,12 @@ func TestS3StreamStop(t *testing.T) {
 	if _, err := io.Copy(io.Discard, s); !errors.Is(err, context.Canceled) {
 		t.Fatalf("copy after cancel: %v, want context.Canceled", err)
 	}
+}
+
+// iotestHalfReader returns at most half of what is asked (at least 1
+// byte), hiding any WriteTo of the underlying reader.
+type iotestHalfReader struct{ r io.Reader }
+
+func (h iotestHalfReader) Read(p []byte) (int, error) {
+	return h.r.Read(p[:(len(p)+1)/2])
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"net/http"
 	"sort"
@@ -130,6 +131,49 @@ func (w *s3Writer) Write(p []byte) (int, error) {
 		w.n += int64(n)
 	}
 	return written, nil
+}
+
+// ReadFrom reads r straight into part buffers, saving io.Copy's copy.
+// A read error is returned as is and leaves the writer usable (the caller
+// decides whether to Abort).
+func (w *s3Writer) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		if w.err != nil {
+			return total, w.err
+		}
+		if w.done {
+			return total, pathError("write", w.loc, ErrClosed)
+		}
+		if err := w.ctx.Err(); err != nil {
+			return total, w.fail(fmt.Errorf("storage: write %s: %w", w.loc, err))
+		}
+		if w.buf == nil {
+			b, err := w.getBuf()
+			if err != nil {
+				return total, w.fail(err)
+			}
+			w.buf = b
+		}
+		if len(w.buf) == cap(w.buf) {
+			// Full: a last part of exactly part size goes up as a
+			// multipart upload of one part, which is as good.
+			if err := w.flushPart(); err != nil {
+				return total, w.fail(err)
+			}
+			continue
+		}
+		n, err := r.Read(w.buf[len(w.buf):cap(w.buf)])
+		w.buf = w.buf[:len(w.buf)+n]
+		total += int64(n)
+		w.n += int64(n)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // getBuf returns an empty part buffer: a reused one, a new one while fewer
