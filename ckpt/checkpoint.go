@@ -401,15 +401,26 @@ func (c *Checkpoint) openSTShards(ctx context.Context) error {
 	sort.Strings(files)
 	md := &Metadata{Class: "safetensors"}
 	byKey := map[string]*Item{}
-	for _, name := range files {
+	headers := make([]*STHeader, len(files))
+	sharded := false
+	for i, name := range files {
 		f, err := c.file(ctx, name)
 		if err != nil {
 			return err
 		}
-		where := c.src.String() + "/" + name
-		h, err := ParseSafetensorsHeader(f, f.Size(), where)
-		if err != nil {
+		if headers[i], err = ParseSafetensorsHeader(f, f.Size(), c.src.String()+"/"+name); err != nil {
 			return err
+		}
+		if _, ok := headers[i].Metadata["DCP_SHARDING_INFO"]; ok {
+			sharded = true
+		}
+	}
+	for i, name := range files {
+		h := headers[i]
+		f := c.files[name]
+		where := c.src.String() + "/" + name
+		if _, ok := h.Metadata["DCP_SHARDING_INFO"]; sharded && !ok {
+			continue // not part of the DCP output (e.g. a stray consolidated file)
 		}
 		for _, t := range h.Tensors {
 			offs, ok := stSavedOffsets(h, t.Name)

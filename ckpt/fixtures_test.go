@@ -3,9 +3,17 @@ package ckpt
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/nlpodyssey/safetensors"
 )
 
 const fixtureRoot = "../testdata/dcp"
@@ -74,5 +82,148 @@ func TestTorch113FixturesByteIdentical(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestTorch2LayoutFixtures(t *testing.T) {
+	for _, name := range []string{"torch2-ws4", "hf-sharded-ws4"} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(fixtureRoot, name)
+			out, res := mergeDir(t, dir, KeyOptions{}, PlanOptions{}, MergeOptions{Verify: true, Parallelism: 2, BufferSize: 96})
+			got, err := os.ReadFile(filepath.Join(out, "model.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(filepath.Join(dir, "expected.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("output (%d bytes) differs from expected.safetensors (%d bytes)", len(got), len(want))
+			}
+			if !res.Verified || len(res.Tensors) != 24 {
+				t.Fatalf("verified=%v tensors=%d, want true and 24", res.Verified, len(res.Tensors))
+			}
+			truth := readExpectedJSON(t, dir)
+			for _, tr := range res.Tensors {
+				if w, ok := truth[tr.Name]; !ok || w != tr.SHA256 {
+					t.Errorf("tensor %q: sha256 %s, expected.json says %q", tr.Name, tr.SHA256, w)
+				}
+			}
+		})
+	}
+}
+
+func TestIncludeOptimizer(t *testing.T) {
+	dir := filepath.Join(fixtureRoot, "torch2-ws4")
+	_, res := mergeDir(t, dir, KeyOptions{IncludeOptimizer: true}, PlanOptions{}, MergeOptions{Verify: true})
+	truth := readExpectedJSON(t, dir)
+	n := 0
+	for _, tr := range res.Tensors {
+		if w := truth[tr.Name]; w != tr.SHA256 {
+			t.Errorf("tensor %q: sha256 %s, expected.json says %q", tr.Name, tr.SHA256, w)
+		}
+		if strings.HasPrefix(tr.Name, "optimizer.") {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d optimizer tensors written, want 3", n)
+	}
+	for _, s := range res.Skipped {
+		if !strings.Contains(s.Reason, "bytes") {
+			t.Errorf("skipped %q (%s), only bytes items should be", s.Key, s.Reason)
+		}
+	}
+}
+
+func readExpectedJSON(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Entries []struct {
+			Key    string `json:"key"`
+			SHA256 string `json:"sha256"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range m.Entries {
+		out[e.Key] = e.SHA256
+	}
+	return out
+}
+
+func TestRejectUnknownTransform(t *testing.T) {
+	_, err := OpenDir(context.Background(), filepath.Join(fixtureRoot, "torch2-rot13"))
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "stream.rot13/1") || !strings.Contains(err.Error(), `tensor "w"`) {
+		t.Fatalf("err = %v, want ErrUnsupported naming the transform and the tensor", err)
+	}
+}
+
+// TestIndependentGoReader opens every output with nlpodyssey/safetensors
+// and compares each tensor's dtype, shape and bytes with expected.json.
+func TestIndependentGoReader(t *testing.T) {
+	for _, dir := range torch113Fixtures(t) {
+		out, _ := mergeDir(t, dir, KeyOptions{}, PlanOptions{MaxShardSize: 20000}, MergeOptions{})
+		var idx struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		b, err := os.ReadFile(filepath.Join(out, IndexName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &idx); err != nil {
+			t.Fatal(err)
+		}
+		var expected struct {
+			Entries []struct {
+				Key, Kind, Dtype, Sha256 string
+				Shape                    []uint64
+			} `json:"entries"`
+		}
+		b, _ = os.ReadFile(filepath.Join(dir, "expected.json"))
+		if err := json.Unmarshal(b, &expected); err != nil {
+			t.Fatal(err)
+		}
+		opened := map[string]safetensors.SafeTensors{}
+		n := 0
+		for _, e := range expected.Entries {
+			if e.Kind != "tensor" {
+				continue
+			}
+			n++
+			file, ok := idx.WeightMap[e.Key]
+			if !ok {
+				t.Fatalf("%s: %q missing from the index", dir, e.Key)
+			}
+			st, ok := opened[file]
+			if !ok {
+				raw, err := os.ReadFile(filepath.Join(out, file))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, err = safetensors.Deserialize(raw); err != nil {
+					t.Fatalf("%s/%s: nlpodyssey/safetensors: %v", out, file, err)
+				}
+				opened[file] = st
+			}
+			tv, ok := st.Tensor(e.Key)
+			if !ok {
+				t.Fatalf("%s: %q not in %s", dir, e.Key, file)
+			}
+			sum := sha256.Sum256(tv.Data())
+			if tv.DType().String() != e.Dtype || fmt.Sprint(tv.Shape()) != fmt.Sprint(e.Shape) || hex.EncodeToString(sum[:]) != e.Sha256 {
+				t.Errorf("%s: %q: got %s %v, want %s %v (or bytes differ)", dir, e.Key, tv.DType(), tv.Shape(), e.Dtype, e.Shape)
+			}
+		}
+		if n != len(idx.WeightMap) {
+			t.Errorf("%s: index has %d tensors, want %d", dir, len(idx.WeightMap), n)
+		}
 	}
 }
