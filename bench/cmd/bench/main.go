@@ -56,6 +56,7 @@ type config struct {
 var errUsage = errors.New("usage")
 
 func main() {
+	harness.LaunchMain() // in a launcher process: runs the command and exits
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -17,6 +17,11 @@ import (
 	"github.com/ferryml/ferry/bench/internal/harness"
 )
 
+func TestMain(m *testing.M) {
+	harness.LaunchMain()
+	os.Exit(m.Run())
+}
+
 func TestParseFlags(t *testing.T) {
 	tests := []struct {
 		name    string

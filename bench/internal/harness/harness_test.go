@@ -16,6 +16,11 @@ import (
 	"time"
 )
 
+func TestMain(m *testing.M) {
+	LaunchMain()
+	os.Exit(m.Run())
+}
+
 func TestSummarize(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -447,6 +452,47 @@ func TestRunPeakRSS(t *testing.T) {
 	}
 	if s.PeakRSSBytes < 64<<20 {
 		t.Errorf("peak RSS %d bytes, want at least 64 MiB", s.PeakRSSBytes)
+	}
+}
+
+// TestRunSmallRSS checks that a small command is not charged the
+// harness's own memory (see launch.go): with 128 MiB held here, `true`
+// must still report a few MiB.
+func TestRunSmallRSS(t *testing.T) {
+	if launcherExe == "" {
+		t.Fatal("LaunchMain did not set up the launcher")
+	}
+	hold := make([]byte, 128<<20)
+	for i := range hold {
+		hold[i] = 1
+	}
+	s, err := Run(context.Background(), Command{Argv: []string{"true"}, Stdout: filepath.Join(t.TempDir(), "out")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PeakRSSBytes <= 0 || s.PeakRSSBytes > 32<<20 {
+		t.Errorf("peak RSS of true = %d bytes: want a few MiB, not the harness's %d", s.PeakRSSBytes, len(hold))
+	}
+	sink = hold[:1]
+}
+
+func TestRunExitStatusThroughLauncher(t *testing.T) {
+	c := Command{Argv: []string{"sh", "-c", "echo bad >&2; kill -9 $$"}, Stdout: filepath.Join(t.TempDir(), "out")}
+	_, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrRun) || !strings.Contains(err.Error(), "exit status 137") {
+		t.Errorf("err = %v, want exit status 137 (SIGKILL) through the launcher", err)
+	}
+}
+
+func TestParseLaunchReport(t *testing.T) {
+	l, err := parseLaunchReport("2048 1500000000 3\n")
+	if err != nil || l.maxRSSKiB != 2048 || l.wall != 1500*time.Millisecond || l.code != 3 {
+		t.Errorf("got %+v, %v", l, err)
+	}
+	for _, bad := range []string{"", "1 2", "1 2 3 4", "a 2 3", "-1 2 3"} {
+		if _, err := parseLaunchReport(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 

@@ -116,26 +116,54 @@ func Run(ctx context.Context, c Command) (Sample, error) {
 		defer stdin.Close()
 	}
 
-	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
-	cmd.Env = append(os.Environ(), c.Env...)
+	argv := c.Argv
+	env := append(os.Environ(), c.Env...)
+	var report, reportW *os.File
+	if launcherExe != "" {
+		if report, reportW, err = os.Pipe(); err != nil {
+			return Sample{}, fmt.Errorf("%w: %v", ErrRun, err)
+		}
+		defer report.Close()
+		defer reportW.Close()
+		argv = append([]string{launcherExe}, c.Argv...)
+		env = append(env, launcherEnv+"=1")
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Dir = c.Dir
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
+	if reportW != nil {
+		cmd.ExtraFiles = []*os.File{reportW}
+	}
 	// Own process group, so that a cancelled run takes its children along.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 
 	start := time.Now()
-	err = cmd.Run()
+	err = cmd.Start()
+	if err == nil {
+		if reportW != nil {
+			reportW.Close()
+		}
+		err = cmd.Wait()
+	}
 	wall := time.Since(start)
 	if err != nil {
 		tail, _ := readTail(stderrPath, 2000)
 		return Sample{}, fmt.Errorf("%w: %s: %v\n%s", ErrRun, c.String(), err, indent(tail))
 	}
 	s := Sample{WallS: wall.Seconds(), PeakRSSBytes: maxRSS(cmd.ProcessState)}
+	if report != nil {
+		l, err := readLaunchReport(report)
+		if err != nil {
+			return Sample{}, fmt.Errorf("%w: %s: %v", ErrRun, c.String(), err)
+		}
+		s.WallS, s.PeakRSSBytes = l.wall.Seconds(), l.maxRSSKiB*1024
+	}
 	tail, err := readTail(c.Stdout, tailBytes)
 	if err != nil {
 		return Sample{}, fmt.Errorf("%w: %v", ErrRun, err)
