@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -72,7 +73,19 @@ func run() error {
 	dir := flag.String("dir", os.TempDir(), "directory for local files and the versitygw data")
 	partSize := flag.Int64("part-size", 0, "ferry: part size of uploads and ranged reads (default: storage's, 16 MiB up, 8 MiB down)")
 	par := flag.Int("parallelism", storage.DefaultParallelism, "ferry: parts in flight")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the timed part to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	size, err := parseSize(*sizeFlag)
 	if err != nil {
 		return err
