@@ -115,19 +115,10 @@ def build_model(config, device):
     return model, True
 
 
-def model_state(model, is_fsdp):
-    if is_fsdp:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp import StateDictType
-
-        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
-            return model.state_dict()
-    return model.module.state_dict()
-
-
-def save_checkpoint(config, model, is_fsdp, loader, step):
+def save_checkpoint(config, model, optimizer, loader, step):
     path = os.path.join(config["checkpoint_dir"], f"step-{step:08d}")
-    ferry.dcp.save(model_state(model, is_fsdp), path)  # every rank writes its own shards
+    # Every rank writes its own shards (optimizer too on torch >= 2.2); no gather.
+    ferry.dcp.save_train_state(path, model, optimizer)
     dist.barrier()
     if dist.get_rank() == 0:
         state = {"step": step, "loader": loader.state_dict()}
@@ -154,7 +145,7 @@ def train_func(config: dict):
 
         device = get_device()
 
-    model, is_fsdp = build_model(config, device)
+    model, _ = build_model(config, device)
 
     # ferry replaces build_dataset + DataLoader + prepare_data_loader: the
     # worker's rank and the world size come from Ray Train's context.
@@ -188,7 +179,7 @@ def train_func(config: dict):
             if use_mlflow:
                 mlflow.log_metric("train_loss", loss, step=step)
 
-    path = save_checkpoint(config, model, is_fsdp, loader, step)
+    path = save_checkpoint(config, model, optimizer, loader, step)
     report({"loss": loss, "step": step}, checkpoint_dir=path)
     if use_mlflow:
         mlflow.end_run()

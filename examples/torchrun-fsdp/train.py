@@ -149,29 +149,6 @@ def build_model(args, local_rank, device):
     return model, True, tokenizer
 
 
-def model_state(model, is_fsdp):
-    """The flat state dict DCP saves: FSDP's SHARDED_STATE_DICT (each rank
-    its own shards) or, under DDP, the plain tensors (written once)."""
-    if is_fsdp:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp import StateDictType
-
-        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
-            return model.state_dict()
-    return model.module.state_dict()
-
-
-def load_model_state(model, is_fsdp, sd):
-    if is_fsdp:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp import StateDictType
-
-        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
-            model.load_state_dict(sd)
-    else:
-        model.module.load_state_dict(sd)
-
-
 def write_json_atomic(path, obj):
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
@@ -181,22 +158,24 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
-def save_checkpoint(args, model, is_fsdp, loader, step, rank):
-    """Sharded DCP checkpoint + the loader's resume point; `latest` names it."""
+def save_checkpoint(args, model, optimizer, loader, step, rank):
+    """Sharded DCP checkpoint (model; optimizer too on torch >= 2.2) + the
+    loader's resume point; `latest.json` names the newest complete one."""
     name = f"step-{step:08d}"
     path = os.path.join(args.checkpoint_dir, name)
     t0 = time.time()
-    ferry.dcp.save(model_state(model, is_fsdp), path)
+    with_optim = ferry.dcp.save_train_state(path, model, optimizer)
     dist.barrier()  # every rank's shards are on disk before `latest` moves
     if rank == 0:
-        write_json_atomic(os.path.join(path, "ferry-train-state.json"), {"step": step, "loader": loader.state_dict()})
+        write_json_atomic(os.path.join(path, "ferry-train-state.json"),
+                          {"step": step, "optimizer": with_optim, "loader": loader.state_dict()})
         write_json_atomic(os.path.join(args.checkpoint_dir, "latest.json"), {"checkpoint": name, "step": step})
         print(f"saved sharded checkpoint {path} in {time.time() - t0:.1f}s", flush=True)
     dist.barrier()
     return path
 
 
-def try_resume(args, model, is_fsdp, loader, rank):
+def try_resume(args, model, optimizer, loader, rank):
     """Load the latest checkpoint, if any; returns the optimizer step reached."""
     latest = os.path.join(args.checkpoint_dir, "latest.json")
     if args.no_resume or not os.path.exists(latest):
@@ -206,14 +185,13 @@ def try_resume(args, model, is_fsdp, loader, rank):
     path = os.path.join(args.checkpoint_dir, name)
     with open(os.path.join(path, "ferry-train-state.json")) as f:
         state = json.load(f)
-    sd = model_state(model, is_fsdp)
-    ferry.dcp.load(sd, path)
-    load_model_state(model, is_fsdp, sd)
+    with_optim = ferry.dcp.load_train_state(path, model, optimizer)
     # Same global sample order, whatever the world size was when it was saved.
     loader.load_state_dict(state["loader"])
     if rank == 0:
         print(f"resumed from {path} at step {state['step']} (saved with world size "
-              f"{state['loader']['world_size']}, now {dist.get_world_size()})", flush=True)
+              f"{state['loader']['world_size']}, now {dist.get_world_size()}; optimizer state "
+              f"{'restored' if with_optim else 'not in this checkpoint (torch < 2.2): fresh'})", flush=True)
     return int(state["step"])
 
 
@@ -243,7 +221,7 @@ def main():
               f"{loader.steps_per_epoch} batches per rank per epoch)", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    step = try_resume(args, model, is_fsdp, loader, rank)
+    step = try_resume(args, model, optimizer, loader, rank)
 
     # --- MLflow (rank 0 only) ------------------------------------------------
     use_mlflow = rank == 0 and bool(os.environ.get("MLFLOW_RUN_ID"))
@@ -287,14 +265,14 @@ def main():
                 if use_mlflow:
                     mlflow.log_metric("train_loss", loss, step=step)
             if args.save_every and step % args.save_every == 0:
-                save_checkpoint(args, model, is_fsdp, loader, step, rank)
+                save_checkpoint(args, model, optimizer, loader, step, rank)
                 last_saved = step
             if step >= args.max_steps:
                 break
 
     # --- Sharded checkpoint (every rank writes its own part; no rank-0 gather) ---
     if last_saved != step:
-        save_checkpoint(args, model, is_fsdp, loader, step, rank)
+        save_checkpoint(args, model, optimizer, loader, step, rank)
     if rank == 0 and tokenizer is not None:
         # config.json + tokenizer files for `ckptmerge --config-from`.
         meta = os.path.join(args.checkpoint_dir, "hf-meta")

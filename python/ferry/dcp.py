@@ -10,7 +10,9 @@ generation::
 
 Pass a *flat* state dict (name -> tensor / ShardedTensor / DTensor, as
 ``model.state_dict()`` gives under FSDP's SHARDED_STATE_DICT); torch 1.13
-does not flatten nested dicts.
+does not flatten nested dicts. :func:`save_train_state` /
+:func:`load_train_state` pick the right state dict for a model wrapped in
+FSDP or DDP (and the optimizer, on torch >= 2.2).
 
 Debian's torch 1.13 cannot import ``torch.distributed._shard`` on Python
 3.11 (a dataclass field whose default is a mutable dataclass instance, which
@@ -24,6 +26,7 @@ import contextlib
 import copy
 import dataclasses
 import os
+import sys
 
 
 @contextlib.contextmanager
@@ -85,3 +88,83 @@ def load(state_dict, path):
         dcp.load(state_dict, checkpoint_id=path)
     else:
         dcp.load_state_dict(state_dict, storage_reader=dcp.FileSystemReader(path))
+
+
+def _is_fsdp(model):
+    # A model can only be FSDP-wrapped if FSDP was imported (and importing it
+    # is what breaks on torch 1.13 + Python 3.11, so do not do it here).
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FullyShardedDataParallel)
+
+
+def _unwrap_ddp(model):
+    import torch.nn.parallel as par
+
+    return model.module if isinstance(model, par.DistributedDataParallel) else model
+
+
+def _modern_state_dict_api():
+    try:
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    except ImportError:
+        return None
+    return get_state_dict, set_state_dict
+
+
+def train_state_dict(model, optimizer=None):
+    """The state dict to save for ``model`` (and ``optimizer``), sharded
+    where the model is, and whether it holds the optimizer.
+
+    torch >= 2.2: ``torch.distributed.checkpoint.state_dict.get_state_dict``
+    (FSDP1/FSDP2/DDP/plain), ``{"model": ..., "optim": ...}``; ckptmerge
+    names tensors without the ``model.`` root and leaves ``optim`` out.
+    Older torch: the flat model state dict (FSDP's SHARDED_STATE_DICT, or
+    the module inside DDP); the optimizer is not included."""
+    api = _modern_state_dict_api()
+    if api is not None:
+        get_state_dict, _ = api
+        if optimizer is None:
+            msd, _ = get_state_dict(model, [])
+            return {"model": msd}, False
+        msd, osd = get_state_dict(model, optimizer)
+        return {"model": msd, "optim": osd}, True
+    if _is_fsdp(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            return model.state_dict(), False
+    return _unwrap_ddp(model).state_dict(), False
+
+
+def save_train_state(path, model, optimizer=None):
+    """Sharded DCP checkpoint of the model (and optimizer on torch >= 2.2).
+    Collective. Returns whether the optimizer state was saved."""
+    sd, with_optim = train_state_dict(model, optimizer)
+    save(sd, path)
+    return with_optim
+
+
+def load_train_state(path, model, optimizer=None):
+    """Load what :func:`save_train_state` wrote into ``model`` (and
+    ``optimizer`` when the checkpoint has it). Collective. Returns whether
+    the optimizer state was restored."""
+    sd, with_optim = train_state_dict(model, optimizer)
+    load(sd, path)
+    api = _modern_state_dict_api()
+    if api is not None:
+        _, set_state_dict = api
+        if with_optim:
+            set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        else:
+            set_state_dict(model, [], model_state_dict=sd["model"], optim_state_dict={})
+        return with_optim
+    if _is_fsdp(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            model.load_state_dict(sd)
+    else:
+        _unwrap_ddp(model).load_state_dict(sd)
+    return False
