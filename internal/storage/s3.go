@@ -222,8 +222,11 @@ func (cl *s3Client) s3Error(ctx context.Context, op, loc string, err error) erro
 	case resp.Code == "InvalidAccessKeyId" || resp.Code == "XAdminUserNotFound" || resp.Code == "SignatureDoesNotMatch" || resp.Code == "AccessDenied" ||
 		resp.Code == "ExpiredToken" || resp.Code == "InvalidToken" || resp.StatusCode == 403:
 		who := cl.keyID
+		if v, err := cl.core.GetCreds(); err == nil && v.AccessKeyID != "" {
+			who = v.AccessKeyID // the one the credential chain found
+		}
 		if who == "" {
-			who = "(none found)"
+			who = "(none found: anonymous)"
 		}
 		hint := ""
 		switch resp.Code {

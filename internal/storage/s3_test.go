@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -488,4 +490,51 @@ type iotestHalfReader struct{ r io.Reader }
 
 func (h iotestHalfReader) Read(p []byte) (int, error) {
 	return h.r.Read(p[:(len(p)+1)/2])
+}
+
+// TestS3ConfigFromEnv reaches the server with the credentials of a shared
+// credentials file profile chosen by AWS_PROFILE, the endpoint of
+// AWS_ENDPOINT_URL and the region of AWS_DEFAULT_REGION, as AWS tools do.
+func TestS3ConfigFromEnv(t *testing.T) {
+	srv, bucket := startS3(t)
+	ctx := context.Background()
+	if err := writeAll(ctx, Join(bucket, "k"), []byte("x"), 1); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), "credentials")
+	os.WriteFile(creds, []byte("[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n[ferry]\naws_access_key_id = "+
+		srv.AccessKey+"\naws_secret_access_key = "+srv.SecretKey+"\n"), 0o600)
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", srv.Region)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_PROFILE", "ferry")
+	if info, err := Stat(ctx, Join(bucket, "k")); err != nil || info.Size != 1 {
+		t.Fatalf("Stat with profile ferry = %+v, %v", info, err)
+	}
+	t.Setenv("AWS_PROFILE", "")
+	_, err := Stat(ctx, Join(bucket, "k"), WithS3Config(S3Config{MaxRetries: 1}))
+	if !errors.Is(err, ErrAccessDenied) || !strings.Contains(err.Error(), `"nobody"`) {
+		t.Fatalf("Stat with the default profile = %v, want access denied for key nobody", err)
+	}
+	if strings.Contains(err.Error(), "nothing") {
+		t.Fatalf("error shows the secret: %v", err)
+	}
+	// The endpoint's scheme selects TLS.
+	for _, tt := range []struct {
+		endpoint, scheme string
+	}{{"https://127.0.0.1:1", "https"}, {"http://s3.internal:9000", "http"}} {
+		cl, err := newS3Client(S3Config{Endpoint: tt.endpoint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cl.core.EndpointURL().Scheme; got != tt.scheme {
+			t.Errorf("endpoint %s: scheme %s", tt.endpoint, got)
+		}
+	}
+	if _, err := newS3Client(S3Config{Endpoint: "ftp://x"}); !errors.Is(err, ErrBadOption) {
+		t.Errorf("ftp endpoint: %v", err)
+	}
 }
