@@ -1,0 +1,83 @@
+package ckpt
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func addFiles(f *testing.F, pattern string, limit int) {
+	paths, _ := filepath.Glob(pattern)
+	for i, p := range paths {
+		if i == limit {
+			break
+		}
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+}
+
+// FuzzParseMetadata: the .metadata pickle decoder never panics, never
+// allocates beyond its input, and returns either a Metadata or an error.
+func FuzzParseMetadata(f *testing.F) {
+	addFiles(f, filepath.Join(fixtureRoot, "*", ".metadata"), 10)
+	addFiles(f, filepath.Join(fixtureRoot, "*", "*", ".metadata"), 10)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		md, err := ParseMetadata(data, "fuzz")
+		if err != nil {
+			return
+		}
+		for _, it := range md.Items {
+			if it.Kind == KindTensor && len(it.Shape) > maxDims {
+				t.Fatalf("%q: %d dims", it.Key, len(it.Shape))
+			}
+			for _, ch := range it.Chunks {
+				if CheckRelPath(ch.Loc.File) != nil {
+					t.Fatalf("unsafe path %q accepted", ch.Loc.File)
+				}
+			}
+		}
+	})
+}
+
+// FuzzReadTensorBlob: the torch.save archive reader never panics and only
+// returns data ranges inside the archive.
+func FuzzReadTensorBlob(f *testing.F) {
+	addFiles(f, filepath.Join(fixtureRoot, "torch-1.13", "fsdp1-bf16-ws2", "__0_1*.distcp"), 6)
+	addFiles(f, filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4", "__0_0.distcp"), 1)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tb, err := ReadTensorBlob(bytes.NewReader(data), int64(len(data)), "fuzz")
+		if err != nil {
+			return
+		}
+		if tb.DataOffset < 0 || tb.DataLength < 0 || tb.DataOffset+tb.DataLength > int64(len(data)) {
+			t.Fatalf("data range [%d,+%d) outside %d bytes", tb.DataOffset, tb.DataLength, len(data))
+		}
+	})
+}
+
+// FuzzSafetensorsHeader: the header parser never panics and accepted
+// headers tile the data section exactly.
+func FuzzSafetensorsHeader(f *testing.F) {
+	addFiles(f, filepath.Join(fixtureRoot, "*", "*", "expected.safetensors"), 3)
+	addFiles(f, filepath.Join(fixtureRoot, "hf-sharded-ws4", "shard-*.safetensors"), 2)
+	f.Add(stFile(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 1))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := ParseSafetensorsHeader(bytes.NewReader(data), int64(len(data)), "fuzz")
+		if err != nil {
+			return
+		}
+		var at int64
+		for _, tt := range h.Tensors {
+			if tt.Begin != at {
+				t.Fatalf("hole or overlap at %d", at)
+			}
+			at = tt.End
+		}
+		if h.DataOffset+at != int64(len(data)) {
+			t.Fatalf("data ends at %d, file has %d bytes", h.DataOffset+at, len(data))
+		}
+	})
+}
