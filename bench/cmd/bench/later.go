@@ -34,11 +34,21 @@ func feedJobs(e *env) ([]harness.Job, []string) {
 		},
 		NoWarmup: true, MaxPairs: maxRuns,
 	}
+	// The daemon job compares wall time per batch (what the training loop
+	// waits, so the daemon's own work counts), with the client's CPU per
+	// batch and the time to first batch as extras.
+	const serveKey = "results.ferry_serve."
 	daemon := harness.Job{
 		Name: "feed daemon per batch", Group: "feed",
-		Metric: harness.Metric{Name: "cpu_us_per_batch", Unit: "µs"},
-		Ferry:  harness.Side{Label: "ferry-serve daemon + client"},
-		Anchor: harness.Side{Label: "DataLoader + DistributedSampler over dict rows (batch 4 × 1024)", SameRun: true},
+		Metric: harness.Metric{Name: "wall_us_per_batch", Unit: "µs"},
+		Ferry:  harness.Side{Label: "ferry-serve daemon + ServeLoader (shared-memory ring)", Metric: serveKey + "wall_us_per_batch"},
+		Anchor: harness.Side{Label: "DataLoader + DistributedSampler over dict rows (batch 4 × 1024)", SameRun: true,
+			Metric: anchorKey + "wall_us_per_batch"},
+		Extra: []harness.ExtraMetric{
+			{Metric: harness.Metric{Name: "client cpu_us_per_batch", Unit: "µs"}, Ferry: serveKey + "cpu_us_per_batch", Anchor: anchorKey + "cpu_us_per_batch"},
+			{Metric: harness.Metric{Name: "first_batch_ms", Unit: "ms"}, Ferry: serveKey + "first_batch_ms", Anchor: anchorKey + "first_batch_ms"},
+		},
+		NoWarmup: true, MaxPairs: maxRuns,
 	}
 	switch {
 	case e.torch() != "":
@@ -46,13 +56,17 @@ func feedJobs(e *env) ([]harness.Job, []string) {
 	case !exists("python/bench_feed.py"):
 		direct.Unavailable = "python/bench_feed.py does not exist yet"
 	}
+	serve, why := e.goBuild("cmd/ferry-serve")
 	switch {
 	case e.torch() != "":
 		daemon.Unavailable = e.torch()
 	case !exists("python/bench_serve.py"):
 		daemon.Unavailable = "python/bench_serve.py does not exist yet"
+	case why != "":
+		daemon.Unavailable = why
 	default:
-		daemon.Unavailable = "python/bench_serve.py exists but its bench-line keys are not wired into bench/cmd/bench yet"
+		daemon.Ferry.Cmd = harness.Command{Argv: []string{e.c.python, "python/bench_serve.py", "--serve-bin", serve},
+			Stdout: e.outPath("feed-daemon", "py")}
 	}
 	return []harness.Job{direct, daemon}, []string{"feed: synthetic shards made by python/bench_feed.py (2 ranks × 2,048 rows × 1,024 tokens), rank 0, batch 4 × 1024"}
 }

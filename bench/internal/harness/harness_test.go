@@ -535,10 +535,11 @@ func sampleResults() *Results {
 	slow.Ratio, slow.Ratios = Summary{0.5, 0.3, 0.9, 3}, []float64{0.3, 0.5, 0.9}
 	na := JobResult{Name: "feed direct", Group: "feed", Status: StatusUnavailable, Reason: "python/bench_feed.py does not exist yet\nmore"}
 	failed := JobResult{Name: "ckptmerge vs torch", Status: StatusFailed, Reason: "exit status 1: \x01<boom>"}
+	multi := JobResult{Name: "feed daemon", Status: StatusFailed, Reason: "pair 1: ferry side: run failed: python3 x.py: exit status 1\n    Traceback\n    DaemonGone: closed\n"}
 	return &Results{
 		Schema: Schema, Mode: "quick", Started: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC), Finished: time.Date(2026, 11, 30, 20, 2, 0, 0, time.UTC),
 		Machine: Machine{Host: "h", OS: "linux", Arch: "amd64", CPUs: 2, CPUModel: "Xeon", Go: "go1.26", Tools: map[string]string{"node": "v20"}},
-		Jobs:    []JobResult{ok, slow, na, failed},
+		Jobs:    []JobResult{ok, slow, na, failed, multi},
 	}
 }
 
@@ -567,13 +568,13 @@ func TestTableAndMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"tokenize qwen2.5 alpaca 1T", "10.0× [8.00–12.0]", "50.0 MiB", "300 MiB",
-		"not available: python/bench_feed.py does not exist yet", "failed: exit status 1"} {
+		"not available: python/bench_feed.py does not exist yet", "failed: exit status 1", "failed: pair 1: … DaemonGone: closed"} {
 		if !strings.Contains(tb.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tb.String())
 		}
 	}
-	if n := strings.Count(tb.String(), "\n"); n != 5 {
-		t.Errorf("table has %d lines, want header + 4 jobs", n)
+	if n := strings.Count(tb.String(), "\n"); n != 6 {
+		t.Errorf("table has %d lines, want header + 5 jobs", n)
 	}
 	var mdb bytes.Buffer
 	if err := r.WriteMarkdown(&mdb, "chart.svg"); err != nil {
@@ -633,7 +634,7 @@ func TestSVG(t *testing.T) {
 
 func TestSVGNoJobsRan(t *testing.T) {
 	r := sampleResults()
-	r.Jobs = r.Jobs[2:]
+	r.Jobs = r.Jobs[2:4]
 	var b bytes.Buffer
 	if err := r.WriteSVG(&b); err != nil {
 		t.Fatal(err)

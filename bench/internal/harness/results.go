@@ -130,7 +130,7 @@ func rows(r *Results) []row {
 				x.rssA = "(same process)"
 			}
 		default:
-			x.ratio = j.Status + ": " + firstLine(j.Reason)
+			x.ratio = j.Status + ": " + gist(j.Reason)
 		}
 		out = append(out, x)
 		for _, e := range j.Extra {
@@ -142,6 +142,17 @@ func rows(r *Results) []row {
 		}
 	}
 	return out
+}
+
+// gist is the line of a failure reason that says most: the last non-empty
+// line (for a failed run, the end of its stderr: the error itself), clipped.
+func gist(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if len(lines) > 1 {
+		last = strings.TrimSpace(lines[0][:strings.Index(lines[0]+":", ":")]) + ": … " + last
+	}
+	return firstLine(last)
 }
 
 func firstLine(s string) string {

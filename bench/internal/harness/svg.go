@@ -49,7 +49,7 @@ func (r *Results) WriteSVG(w io.Writer) error {
 		width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", width, height)
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="15" font-weight="bold">%s</text>`+"\n",
-		esc(fmt.Sprintf("ferry speed-up over the anchor (median, min–max of pairs; log scale) — %s mode", r.Mode)))
+		esc(fmt.Sprintf("ferry's advantage over the anchor, > 1 = ferry better (median, min–max of pairs; log scale) — %s mode", r.Mode)))
 	fmt.Fprintf(&b, `<text x="10" y="38" fill="#555">%s</text>`+"\n",
 		esc(fmt.Sprintf("%s, %d × %s, %s", r.Machine.Host, r.Machine.CPUs, r.Machine.CPUModel, r.Started.UTC().Format("2006-01-02"))))
 	// Decade grid lines and labels.
@@ -71,7 +71,7 @@ func (r *Results) WriteSVG(w io.Writer) error {
 			chartLabelW-8, cy, esc(clipString(j.Name, 46)))
 		if j.Status != StatusOK {
 			fmt.Fprintf(&b, `<text x="%d" y="%.1f" dominant-baseline="middle" fill="#999" font-style="italic">%s</text>`+"\n",
-				chartLabelW+6, cy, esc(clipString(j.Status+": "+firstLine(j.Reason), 90)))
+				chartLabelW+6, cy, esc(clipString(j.Status+": "+gist(j.Reason), 90)))
 			continue
 		}
 		x0, xm := x(1), x(j.Ratio.Median)
