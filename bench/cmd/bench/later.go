@@ -96,6 +96,9 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 	if why := e.torch(); why != "" {
 		return unavailable(jobs, why), nil
 	}
+	if e.c.list {
+		return jobs, nil // -list: do not spend minutes generating the checkpoint
+	}
 	ckpt, desc, err := e.checkpoint(gen)
 	if err != nil {
 		return unavailable(jobs, "generating the checkpoint: "+err.Error()), nil
