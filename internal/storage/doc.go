@@ -16,9 +16,12 @@
 //	                                               UploadPart, <= parallelism in flight
 //	commit  flush, fsync(tmp),             commit  CompleteMultipartUpload
 //	        renameat2(tmp, name,                   (or one PutObject when the whole
-//	        NOREPLACE unless overwrite),           object fits in one part)
-//	        fsync(/d)
+//	        NOREPLACE unless overwrite),           object fits in one part), with
+//	        fsync(/d)                              If-None-Match: * unless overwrite
 //	abort   unlink tmp                     abort   AbortMultipartUpload
+//
+// Parts carry a CRC-32C (x-amz-checksum-crc32c) that the server checks,
+// instead of a SHA-256 of the payload, which costs far more CPU.
 //
 // Until Commit returns nil nothing is visible at the location, and an
 // existing object there is untouched. A failed Write, or a cancelled

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -536,5 +537,42 @@ func TestS3ConfigFromEnv(t *testing.T) {
 	}
 	if _, err := newS3Client(S3Config{Endpoint: "ftp://x"}); !errors.Is(err, ErrBadOption) {
 		t.Errorf("ftp endpoint: %v", err)
+	}
+}
+
+// TestS3NoClobber commits another object at the key while a writer without
+// overwrite is open: its Commit fails with fs.ErrExist and the other
+// object stays.
+func TestS3NoClobber(t *testing.T) {
+	srv, bucket := startS3(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		size      int
+		statCheck bool
+	}{{1000, true}, {2*testPart + 1, true}, {1000, false}, {2*testPart + 1, false}} {
+		size := tc.size
+		commitStatCheck = tc.statCheck // false: only If-None-Match protects the winner
+		defer func() { commitStatCheck = true }()
+		loc := Join(bucket, fmt.Sprintf("noclobber-%d-%v", size, tc.statCheck))
+		w, err := Create(ctx, loc, WithPartSize(testPart))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Abort()
+		if _, err := w.Write(randBytes(size, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeAll(ctx, loc, []byte("winner"), 100); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(); !errors.Is(err, fs.ErrExist) {
+			t.Fatalf("size %d: Commit = %v, want fs.ErrExist", size, err)
+		}
+		if got := readAllStream(t, loc); string(got) != "winner" {
+			t.Fatalf("size %d: object is %d bytes, want the winner's", size, len(got))
+		}
+	}
+	if up := pendingUploads(t, srv, bucket); len(up) != 0 {
+		t.Fatalf("uploads left: %v", up)
 	}
 }

@@ -280,16 +280,13 @@ func (w *s3Writer) commit() error {
 	}
 	if w.uploadID == "" {
 		// Everything fits in one part: one PutObject.
-		if !w.cfg.overwrite {
+		if !w.cfg.overwrite && commitStatCheck {
 			if err := checkTarget(w.ctx, w.cl, w.cfg, w.loc, w.bucket, w.key); err != nil {
 				return err
 			}
 		}
 		_, err := w.cl.core.PutObject(w.ctx, w.bucket, w.key, bytes.NewReader(w.buf), int64(len(w.buf)), "", "",
-			minio.PutObjectOptions{
-				UserMetadata:         map[string]string{"X-Amz-Checksum-Crc32c": crc32cBase64(w.buf)},
-				DisableContentSha256: true,
-			})
+			w.commitOptions(map[string]string{"X-Amz-Checksum-Crc32c": crc32cBase64(w.buf)}))
 		if err != nil {
 			return w.cl.s3Error(w.ctx, "commit", w.loc, err)
 		}
@@ -306,7 +303,7 @@ func (w *s3Writer) commit() error {
 	if err := w.ctx.Err(); err != nil {
 		return fmt.Errorf("storage: commit %s: %w", w.loc, err)
 	}
-	if !w.cfg.overwrite {
+	if !w.cfg.overwrite && commitStatCheck {
 		if err := checkTarget(w.ctx, w.cl, w.cfg, w.loc, w.bucket, w.key); err != nil {
 			return err
 		}
@@ -315,11 +312,28 @@ func (w *s3Writer) commit() error {
 	if len(w.parts) != w.partNum {
 		return fmt.Errorf("storage: commit %s: %d of %d parts uploaded", w.loc, len(w.parts), w.partNum)
 	}
-	if _, err := w.cl.core.CompleteMultipartUpload(w.ctx, w.bucket, w.key, w.uploadID, w.parts, minio.PutObjectOptions{}); err != nil {
+	if _, err := w.cl.core.CompleteMultipartUpload(w.ctx, w.bucket, w.key, w.uploadID, w.parts, w.commitOptions(nil)); err != nil {
 		return w.cl.s3Error(w.ctx, "commit", w.loc, err)
 	}
 	w.uploadID = "" // completed: nothing to abort
 	return nil
+}
+
+// commitStatCheck turns the check for an existing target before commit on
+// (tests turn it off to see If-None-Match work alone).
+var commitStatCheck = true
+
+// commitOptions are the options of the request that makes the object
+// visible. Without overwrite it carries If-None-Match: *, so that the
+// server refuses atomically when another writer committed the key since
+// our check (AWS S3, MinIO and versitygw honour it; a server that ignores
+// it still had the check).
+func (w *s3Writer) commitOptions(meta map[string]string) minio.PutObjectOptions {
+	o := minio.PutObjectOptions{UserMetadata: meta, DisableContentSha256: true}
+	if !w.cfg.overwrite {
+		o.SetMatchETagExcept("*")
+	}
+	return o
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
