@@ -24,8 +24,9 @@
 // instead of a SHA-256 of the payload, which costs far more CPU.
 //
 // Until Commit returns nil nothing is visible at the location, and an
-// existing object there is untouched. A failed Write, or a cancelled
-// context, aborts the writer at once. A process killed with SIGKILL can
+// existing object there is untouched. A failed Write aborts the writer at
+// once; after the context is cancelled, uploads in flight stop and the
+// next Write, Commit or Abort discards everything. A process killed with SIGKILL can
 // leave a local temporary file (List skips them) or an incomplete S3
 // multipart upload (invisible to readers; AbortIncompleteUploads removes
 // them, as does a bucket lifecycle rule).
