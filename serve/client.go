@@ -19,9 +19,11 @@ type Client struct {
 	conn   *net.UnixConn
 	layout Layout
 	mem    []byte
-	efd    *os.File
+	efd    *os.File // ready: the daemon adds 1 per filled slot
+	free   *os.File // the client adds the number of slots it hands back
 	info   []byte
 	ready  uint64 // slots signalled by the daemon and not yet returned by Wait
+	next   uint64 // sequence number of the next batch Wait returns
 	msg    []byte
 
 	mu   sync.Mutex
@@ -51,7 +53,7 @@ func Dial(ctx context.Context, path string, hello Hello) (_ *Client, err error) 
 		conn.SetReadDeadline(dl)
 	}
 	buf := make([]byte, MaxMsgSize+1)
-	n, fds, err := shm.RecvFds(conn, buf, 2)
+	n, fds, err := shm.RecvFds(conn, buf, 3)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: waiting for WELCOME: %w", path, err)
 	}
@@ -75,39 +77,41 @@ func Dial(ctx context.Context, path string, hello Hello) (_ *Client, err error) 
 		_, text, _ := ParseError(p)
 		return nil, fmt.Errorf("%w: %s", ErrRemote, text)
 	}
-	if h.Type != MsgWelcome || len(fds) != 2 {
+	if h.Type != MsgWelcome || len(fds) != 3 {
 		closeFds()
-		return nil, fmt.Errorf("%w: %s: got message type %d with %d descriptors, want WELCOME with 2", ErrProtocol, path, h.Type, len(fds))
+		return nil, fmt.Errorf("%w: %s: got message type %d with %d descriptors, want WELCOME with 3", ErrProtocol, path, h.Type, len(fds))
 	}
 	w, err := ParseWelcome(p)
 	if err != nil {
 		closeFds()
 		return nil, err
 	}
-	mfd, efd := fds[0], fds[1]
+	mfd, efd, free := fds[0], fds[1], fds[2]
 	defer mfd.Close()
+	defer func() {
+		if err != nil {
+			efd.Close()
+			free.Close()
+		}
+	}()
 	seals, err := shm.GetSeals(mfd)
 	if err != nil || seals&shm.Seals != shm.Seals {
-		efd.Close()
 		return nil, fmt.Errorf("%w: %s: ring memfd seals %#x (%v), want %#x", ErrProtocol, path, seals, err, shm.Seals)
 	}
 	st, err := mfd.Stat()
 	if err != nil || st.Size() < ShmHeaderSize || uint64(st.Size()) != w.ShmSize {
-		efd.Close()
 		return nil, fmt.Errorf("%w: %s: ring memfd size does not match WELCOME's %d", ErrProtocol, path, w.ShmSize)
 	}
 	mem, err := shm.Map(mfd, int(st.Size()))
 	if err != nil {
-		efd.Close()
 		return nil, err
 	}
 	lay, err := ParseHeader(mem, uint64(len(mem)))
 	if err != nil {
 		shm.Unmap(mem)
-		efd.Close()
 		return nil, err
 	}
-	c := &Client{conn: conn, layout: lay, mem: mem, efd: efd, info: append([]byte(nil), w.Info...),
+	c := &Client{conn: conn, layout: lay, mem: mem, efd: efd, free: free, info: append([]byte(nil), w.Info...),
 		done: make(chan struct{})}
 	go c.watch(buf)
 	return c, nil
@@ -153,44 +157,62 @@ func (c *Client) Layout() Layout { return c.layout }
 // Info returns the daemon's dataset description (JSON).
 func (c *Client) Info() []byte { return c.info }
 
-// Fill asks the daemon to fill slot with refs as batch seq; see Fill.
-// It does not allocate after the first call.
-func (c *Client) Fill(slot uint32, seq, tag uint64, refs []RowRef) error {
+// Plan sends the next batches to prepare (see Run). The daemon fills them
+// into slots in order as slots are free: batch n of the connection (from 0)
+// lands in slot n % slots.
+func (c *Client) Plan(runs []Run) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	c.msg = AppendFill(c.msg[:0], slot, seq, tag, refs)
+	c.msg = AppendPlan(c.msg[:0], runs)
 	if _, err := c.conn.Write(c.msg); err != nil {
 		if e := c.Err(); e != nil {
 			return e
 		}
-		return fmt.Errorf("%w: sending FILL: %v", ErrDaemonGone, err)
+		return fmt.Errorf("%w: sending PLAN: %v", ErrDaemonGone, err)
 	}
 	return nil
 }
 
-// Wait blocks until the daemon has filled the next slot (slots complete in
-// the order of the Fill calls). It returns the error that ended the
-// connection once nothing is left to return.
-func (c *Client) Wait() error {
-	if c.ready > 0 {
-		c.ready--
-		return nil
-	}
+// Release hands the n oldest batches returned by Wait back to the daemon;
+// their slots must no longer be read.
+func (c *Client) Release(n int) error {
 	var b [8]byte
-	for {
-		n, err := c.efd.Read(b[:])
-		if err == nil && n == 8 {
-			c.ready = le.Uint64(b[:]) - 1
-			return nil
-		}
-		if e := c.Err(); e != nil {
-			return e
-		}
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("serve: reading the ready eventfd: %w", err)
+	le.PutUint64(b[:], uint64(n))
+	if _, err := c.free.Write(b[:]); err != nil {
+		return fmt.Errorf("serve: releasing slots: %w", err)
+	}
+	return nil
+}
+
+// Wait blocks until the daemon has filled the next batch and returns its
+// slot (batches complete in plan order). It returns the error that ended
+// the connection once no filled batch is left.
+func (c *Client) Wait() (slot uint32, h SlotHeader, err error) {
+	if c.ready == 0 {
+		var b [8]byte
+		for c.ready == 0 {
+			n, err := c.efd.Read(b[:])
+			if err == nil && n == 8 {
+				c.ready = le.Uint64(b[:])
+				break
+			}
+			if e := c.Err(); e != nil {
+				return 0, h, e
+			}
+			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				return 0, h, fmt.Errorf("serve: reading the ready eventfd: %w", err)
+			}
 		}
 	}
+	c.ready--
+	slot = uint32(c.next % uint64(c.layout.Slots))
+	h = ReadSlotHeader(c.Slot(slot))
+	if h.Seq != c.next || h.State != SlotFilled {
+		return slot, h, fmt.Errorf("%w: slot %d holds batch %d (state %d), want batch %d filled", ErrProtocol, slot, h.Seq, h.State, c.next)
+	}
+	c.next++
+	return slot, h, nil
 }
 
 // Slot returns the bytes of slot i (valid until Close).
@@ -218,6 +240,7 @@ func (c *Client) Close() error {
 	err := c.conn.Close()
 	<-c.done
 	c.efd.Close()
+	c.free.Close()
 	shm.Unmap(c.mem)
 	c.mem = nil
 	return err

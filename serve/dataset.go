@@ -63,6 +63,7 @@ type manifestBuffer struct {
 
 // batchView holds the validated buffers of one record batch of a mapped file.
 type batchView struct {
+	rows                          int
 	inputIDs, labels, positionIDs []byte // rows × L × 4
 	length                        []byte // rows × 4
 	segOffsets                    []byte // (rows+1) × 4
@@ -310,7 +311,7 @@ func (f *shardFile) index(m *manifest, mf *manifestFile) error {
 			}
 			return f.data[e.Offset : e.Offset+e.Length], nil
 		}
-		var v batchView
+		v := batchView{rows: int(b.Rows)}
 		var err error
 		if v.inputIDs, err = buf("input_ids", b.Rows*L*4, true); err != nil {
 			return err
@@ -401,10 +402,22 @@ func fetch(ctx context.Context, src, local string, mf *manifestFile) error {
 	return w.Commit()
 }
 
-// fillSlot copies the rows refs into one slot of the ring. It reports an
-// error wrapping ErrNotServed or ErrLimit for a bad reference and writes
-// nothing past the slot. It does not allocate.
-func (d *Dataset) fillSlot(l *Layout, slot []byte, refs []RowRef) error {
+// checkRun reports an error wrapping ErrNotServed or ErrLimit for a run
+// outside the served shards.
+func (d *Dataset) checkRun(r Run) error {
+	if int(r.File) >= len(d.files) || d.files[r.File] == nil {
+		return fmt.Errorf("%w: shard %d; this daemon serves %v of %d (start it with --ranks covering every shard this node reads)", ErrNotServed, r.File, d.served, d.Ranks)
+	}
+	if n := d.files[r.File].rows; int64(r.Row)+int64(r.Rows) > n {
+		return fmt.Errorf("%w: rows %d..%d of shard %d, the shard has %d rows", ErrLimit, r.Row, int64(r.Row)+int64(r.Rows)-1, r.File, n)
+	}
+	return nil
+}
+
+// fillSlot copies the rows of runs (checked with checkRun, at most
+// l.MaxRows in all) into one slot of the ring, a record batch's worth of
+// rows at a time. It does not allocate.
+func (d *Dataset) fillSlot(l *Layout, slot []byte, runs []Run) int {
 	L := int(l.SeqLen)
 	tok := 4 * L
 	col := func(id int) []byte {
@@ -416,30 +429,32 @@ func (d *Dataset) fillSlot(l *Layout, slot []byte, refs []RowRef) error {
 		return slot[c.Offset : int(c.Offset)+n]
 	}
 	in, lab, am, pos, ln, sm := col(ColInputIDs), col(ColLabels), col(ColAttentionMask), col(ColPositionIDs), col(ColLength), col(ColSample)
-	for i, r := range refs {
-		if int(r.File) >= len(d.files) || d.files[r.File] == nil {
-			return fmt.Errorf("%w: row %d of the batch is in shard %d; this daemon serves %v of %d", ErrNotServed, i, r.File, d.served, d.Ranks)
-		}
+	i := 0 // rows written
+	for _, r := range runs {
 		f := d.files[r.File]
-		if int64(r.Row) >= f.rows {
-			return fmt.Errorf("%w: row %d of the batch: shard %d row %d, the shard has %d rows", ErrLimit, i, r.File, r.Row, f.rows)
+		for row, end := int64(r.Row), int64(r.Row)+int64(r.Rows); row < end; {
+			b := &f.batches[row/d.BatchRows]
+			k := int(row % d.BatchRows)
+			m := int(min(end-row, int64(b.rows-k)))
+			copy(in[i*tok:(i+m)*tok], b.inputIDs[k*tok:(k+m)*tok])
+			copy(lab[i*tok:(i+m)*tok], b.labels[k*tok:(k+m)*tok])
+			copy(ln[4*i:4*(i+m)], b.length[4*k:4*(k+m)])
+			if pos != nil {
+				copy(pos[i*tok:(i+m)*tok], b.positionIDs[k*tok:(k+m)*tok])
+			}
+			for j := range m {
+				if am != nil {
+					n := int(int32(le.Uint32(b.length[4*(k+j):])))
+					dst := am[(i+j)*tok : (i+j+1)*tok]
+					copy(dst[:4*n], d.ones[:4*n])
+					clear(dst[4*n:])
+				}
+				so := int(int32(le.Uint32(b.segOffsets[4*(k+j):])))
+				copy(sm[8*(i+j):8*(i+j+1)], b.segSample[8*so:8*so+8])
+			}
+			i += m
+			row += int64(m)
 		}
-		b := &f.batches[int64(r.Row)/d.BatchRows]
-		k := int(int64(r.Row) % d.BatchRows)
-		copy(in[i*tok:(i+1)*tok], b.inputIDs[k*tok:(k+1)*tok])
-		copy(lab[i*tok:(i+1)*tok], b.labels[k*tok:(k+1)*tok])
-		n := int(int32(le.Uint32(b.length[4*k:])))
-		copy(ln[4*i:4*i+4], b.length[4*k:4*k+4])
-		if pos != nil {
-			copy(pos[i*tok:(i+1)*tok], b.positionIDs[k*tok:(k+1)*tok])
-		}
-		if am != nil {
-			row := am[i*tok : (i+1)*tok]
-			copy(row[:4*n], d.ones[:4*n])
-			clear(row[4*n:])
-		}
-		so := int(int32(le.Uint32(b.segOffsets[4*k:])))
-		copy(sm[8*i:8*i+8], b.segSample[8*so:8*so+8])
 	}
-	return nil
+	return i
 }

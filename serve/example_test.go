@@ -36,12 +36,16 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Fill(0, 0, 0, []serve.RowRef{{File: 0, Row: 0}, {File: 1, Row: 0}}); err != nil {
+	// One batch: row 0 of shard 0, then row 0 of shard 1.
+	runs := []serve.Run{{File: 0, Row: 0, Rows: 1, Flags: serve.RunContinues}, {File: 1, Row: 0, Rows: 1}}
+	if err := c.Plan(runs); err != nil {
 		log.Fatal(err)
 	}
-	if err := c.Wait(); err != nil {
+	slot, h, err := c.Wait()
+	if err != nil {
 		log.Fatal(err)
 	}
-	h := serve.ReadSlotHeader(c.Slot(0))
-	fmt.Println(h.Rows, "rows in slot 0")
+	ids := c.Column(c.Slot(slot), serve.ColInputIDs, int(h.Rows))
+	fmt.Println(h.Rows, "rows,", len(ids), "bytes of input_ids")
+	c.Release(1)
 }

@@ -44,7 +44,7 @@ func FuzzParseHeader(f *testing.F) {
 func FuzzParseMsg(f *testing.F) {
 	f.Add(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}))
 	f.Add(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))
-	f.Add(AppendFill(nil, 2, 9, 5, []RowRef{{1, 10}, {3, 4}}))
+	f.Add(AppendPlan(nil, []Run{{1, 10, 4, RunContinues}, {3, 4, 1, 0}}))
 	f.Add(AppendError(nil, CodeShutdown, "bye"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, msg []byte) {
@@ -66,11 +66,10 @@ func FuzzParseMsg(f *testing.F) {
 			if w, err := ParseWelcome(p); err == nil && len(w.Info) > len(p) {
 				t.Fatal("WELCOME info beyond the payload")
 			}
-		case MsgFill:
-			var fl Fill
-			if err := ParseFill(p, &fl); err == nil {
-				if !bytes.Equal(AppendFill(nil, fl.Slot, fl.Seq, fl.Tag, fl.Refs), msg) {
-					t.Fatal("FILL does not round-trip")
+		case MsgPlan:
+			if runs, err := ParsePlan(p, nil); err == nil {
+				if !bytes.Equal(AppendPlan(nil, runs), msg) {
+					t.Fatal("PLAN does not round-trip")
 				}
 			}
 		case MsgError:

@@ -34,24 +34,27 @@ func goldenDoc(t *testing.T) map[string]any {
 			t.Fatal("header bytes 192.. not zero")
 		}
 		slot := make([]byte, SlotHeaderSize)
-		PutSlotHeader(slot, SlotHeader{Seq: 7, Rows: maxRows, State: SlotFilled, Tag: 0x0102030405060708})
+		PutSlotHeader(slot, SlotHeader{Seq: 0x0102030405060708, Rows: maxRows, State: SlotFilled})
 		return map[string]any{
 			"params":          map[string]any{"slots": slots, "max_rows": maxRows, "seq_len": seqLen, "mode": mode},
 			"slot_size":       l.SlotSize,
 			"total_size":      l.TotalSize(),
 			"columns":         cols,
 			"header_hex":      hex.EncodeToString(hdr[:192]),
-			"slot_header":     map[string]any{"seq": 7, "rows": maxRows, "state": SlotFilled, "tag": uint64(0x0102030405060708)},
+			"slot_header":     map[string]any{"seq": uint64(0x0102030405060708), "rows": maxRows, "state": SlotFilled},
 			"slot_header_hex": hex.EncodeToString(slot),
 		}
 	}
-	refs := []RowRef{{File: 1, Row: 10}, {File: 3, Row: 0xfffffffe}}
+	runs := []Run{{File: 1, Row: 10, Rows: 4, Flags: RunContinues}, {File: 3, Row: 0xfffffffe, Rows: 1}, {File: 0, Row: 7, Rows: 5}}
 	return map[string]any{
 		"version":                 Version,
 		"msg_magic":               MsgMagic,
 		"msg_header_size":         MsgHeaderSize,
 		"max_msg_size":            MaxMsgSize,
 		"max_rows":                MaxRows,
+		"max_runs_per_msg":        MaxRunsPerMsg,
+		"max_plan_ahead":          MaxPlanAhead,
+		"run_continues":           RunContinues,
 		"max_slots":               MaxSlots,
 		"shm_magic":               ShmMagic,
 		"shm_header_size":         ShmHeaderSize,
@@ -60,7 +63,7 @@ func goldenDoc(t *testing.T) map[string]any {
 		"slot_header_size":        SlotHeaderSize,
 		"slot_align":              SlotAlign,
 		"column_align":            ColumnAlign,
-		"msg_types":               map[string]any{"hello": MsgHello, "welcome": MsgWelcome, "fill": MsgFill, "error": MsgError},
+		"msg_types":               map[string]any{"hello": MsgHello, "welcome": MsgWelcome, "plan": MsgPlan, "error": MsgError},
 		"error_codes": map[string]any{"bad_request": CodeBadRequest, "not_served": CodeNotServed, "limit": CodeLimit,
 			"shutdown": CodeShutdown, "io": CodeIO},
 		"dtypes":  map[string]any{"int32": DTypeInt32, "int64": DTypeInt64},
@@ -70,8 +73,8 @@ func goldenDoc(t *testing.T) map[string]any {
 				"hex": hex.EncodeToString(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}))},
 			"welcome": map[string]any{"fields": map[string]any{"version": 1, "shm_size": 20480, "info": `{"ranks":2}`},
 				"hex": hex.EncodeToString(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))},
-			"fill": map[string]any{"fields": map[string]any{"slot": 2, "seq": 9, "tag": 5, "refs": [][2]uint32{{1, 10}, {3, 0xfffffffe}}},
-				"hex": hex.EncodeToString(AppendFill(nil, 2, 9, 5, refs))},
+			"plan": map[string]any{"fields": map[string]any{"runs": [][4]uint32{{1, 10, 4, 1}, {3, 0xfffffffe, 1, 0}, {0, 7, 5, 0}}},
+				"hex": hex.EncodeToString(AppendPlan(nil, runs))},
 			"error": map[string]any{"fields": map[string]any{"code": CodeShutdown, "text": "ferry-serve is shutting down"},
 				"hex": hex.EncodeToString(AppendError(nil, CodeShutdown, "ferry-serve is shutting down"))},
 		},
@@ -114,6 +117,7 @@ func TestProtocolGolden(t *testing.T) {
 	if err := json.Unmarshal(want, &doc); err != nil {
 		t.Fatal(err)
 	}
+	runs := []Run{{File: 1, Row: 10, Rows: 4, Flags: RunContinues}, {File: 3, Row: 0xfffffffe, Rows: 1}, {File: 0, Row: 7, Rows: 5}}
 	msg := func(name string, typ uint16) []byte {
 		b, _ := hex.DecodeString(doc.Messages[name].Hex)
 		h, p, err := ParseMsg(b)
@@ -128,9 +132,8 @@ func TestProtocolGolden(t *testing.T) {
 	if w, err := ParseWelcome(msg("welcome", MsgWelcome)); err != nil || w.ShmSize != 20480 || string(w.Info) != `{"ranks":2}` {
 		t.Errorf("welcome: %+v %v", w, err)
 	}
-	var f Fill
-	if err := ParseFill(msg("fill", MsgFill), &f); err != nil || f.Slot != 2 || f.Seq != 9 || f.Tag != 5 || len(f.Refs) != 2 || f.Refs[1] != (RowRef{3, 0xfffffffe}) {
-		t.Errorf("fill: %+v %v", f, err)
+	if rs, err := ParsePlan(msg("plan", MsgPlan), nil); err != nil || len(rs) != 3 || rs[0] != runs[0] || rs[1] != runs[1] || rs[2] != runs[2] {
+		t.Errorf("plan: %+v %v", rs, err)
 	}
 	if c, text, err := ParseError(msg("error", MsgError)); err != nil || c != CodeShutdown || text != "ferry-serve is shutting down" {
 		t.Errorf("error: %d %q %v", c, text, err)
@@ -143,7 +146,7 @@ func TestProtocolGolden(t *testing.T) {
 			t.Errorf("layout %s: %v", name, err)
 		}
 		sh, _ := hex.DecodeString(l.SlotHeader)
-		if h := ReadSlotHeader(sh); h.Seq != 7 || h.State != SlotFilled || h.Tag != 0x0102030405060708 {
+		if h := ReadSlotHeader(sh); h.Seq != 0x0102030405060708 || h.State != SlotFilled {
 			t.Errorf("layout %s: slot header %+v", name, h)
 		}
 	}

@@ -155,10 +155,9 @@ func ParseHeader(b []byte, size uint64) (Layout, error) {
 
 // SlotHeader is the 64-byte header at the start of every slot.
 type SlotHeader struct {
-	Seq   uint64
+	Seq   uint64 // batch number: the n-th batch of the plan (from 0) is in slot n % slots
 	Rows  uint32
 	State uint32 // SlotEmpty or SlotFilled
-	Tag   uint64
 }
 
 // PutSlotHeader writes h at the start of slot b.
@@ -167,11 +166,10 @@ func PutSlotHeader(b []byte, h SlotHeader) {
 	le.PutUint64(b, h.Seq)
 	le.PutUint32(b[8:], h.Rows)
 	le.PutUint32(b[12:], h.State)
-	le.PutUint64(b[16:], h.Tag)
 }
 
 // ReadSlotHeader reads the header at the start of slot b.
 func ReadSlotHeader(b []byte) SlotHeader {
 	_ = b[SlotHeaderSize-1]
-	return SlotHeader{Seq: le.Uint64(b), Rows: le.Uint32(b[8:]), State: le.Uint32(b[12:]), Tag: le.Uint64(b[16:])}
+	return SlotHeader{Seq: le.Uint64(b), Rows: le.Uint32(b[8:]), State: le.Uint32(b[12:])}
 }

@@ -34,20 +34,24 @@ const (
 	// ColumnAlign is the alignment of every column inside a slot.
 	ColumnAlign = 64
 
-	// RowRefSize is the size of one row reference in a FILL message.
-	RowRefSize = 8
-	// MaxRows is the largest max_rows a client may ask for: the FILL message
-	// of a full batch must fit MaxMsgSize.
-	MaxRows = (MaxMsgSize - MsgHeaderSize - fillFixed) / RowRefSize
+	// RunSize is the size of one run in a PLAN message.
+	RunSize = 16
+	// MaxRunsPerMsg is the most runs one PLAN message carries.
+	MaxRunsPerMsg = (MaxMsgSize - MsgHeaderSize - planFixed) / RunSize
+	// MaxRows is the largest max_rows (rows per batch) a client may ask for.
+	MaxRows = 1 << 16
 	// MaxSlots is the largest number of slots a client may ask for.
 	MaxSlots = 1024
+	// MaxPlanAhead is the most PLAN messages a client may have queued in the
+	// daemon beyond the batches already filled.
+	MaxPlanAhead = 64
 )
 
 // Message types.
 const (
 	MsgHello   uint16 = 1 // client → daemon: ask for a ring
 	MsgWelcome uint16 = 2 // daemon → client: ring ready; carries memfd + eventfd
-	MsgFill    uint16 = 3 // client → daemon: fill slot with these rows (releases the slot)
+	MsgPlan    uint16 = 3 // client → daemon: the next batches to prepare, as runs of rows
 	MsgError   uint16 = 4 // daemon → client: fatal error; the daemon closes the connection after it
 )
 
@@ -190,8 +194,10 @@ func ParseHello(p []byte) (Hello, error) {
 	return h, nil
 }
 
-// Welcome is the daemon's answer to Hello. It travels with two descriptors
-// (SCM_RIGHTS): the sealed memfd holding the ring, then the ready eventfd.
+// Welcome is the daemon's answer to Hello. It travels with three descriptors
+// (SCM_RIGHTS): the sealed memfd holding the ring, the ready eventfd (the
+// daemon adds 1 per filled slot) and the free eventfd (the client adds the
+// number of slots it hands back).
 type Welcome struct {
 	Version uint32
 	ShmSize uint64
@@ -228,59 +234,57 @@ func ParseWelcome(p []byte) (Welcome, error) {
 	return w, nil
 }
 
-// RowRef names one row of the dataset: row Row of shard file File (the file's
-// rank in the manifest). Global position p is File = p % ranks, Row = p / ranks.
-type RowRef struct {
-	File uint32
-	Row  uint32
+// Run is a run of consecutive rows of one shard: rows Row … Row+Rows−1 of
+// shard file File (the file's rank in the manifest; global position p is
+// File = p % ranks, Row = p / ranks). A batch is one run, or several when
+// all but the last carry RunContinues.
+type Run struct {
+	File  uint32
+	Row   uint32
+	Rows  uint32
+	Flags uint32 // RunContinues or 0
 }
 
-// Fill asks the daemon to fill Slot with the rows Refs, in order, as batch Seq.
-// Sending it hands the slot back to the daemon: the client must no longer
-// read the slot's previous batch.
-type Fill struct {
-	Slot uint32
-	Seq  uint64 // batch sequence number, echoed in the slot header
-	Tag  uint64 // opaque to the daemon, echoed in the slot header
-	Refs []RowRef
-}
+// RunContinues marks a run whose batch continues with the next run.
+const RunContinues uint32 = 1
 
-const fillFixed = 24
+const planFixed = 8
 
-// AppendFill appends an encoded MsgFill to dst. It does not allocate when dst
-// has room.
-func AppendFill(dst []byte, slot uint32, seq, tag uint64, refs []RowRef) []byte {
-	dst = AppendMsgHeader(dst, MsgFill, fillFixed+RowRefSize*len(refs))
-	dst = le.AppendUint32(dst, slot)
-	dst = le.AppendUint32(dst, uint32(len(refs)))
-	dst = le.AppendUint64(dst, seq)
-	dst = le.AppendUint64(dst, tag)
-	for _, r := range refs {
+// AppendPlan appends an encoded MsgPlan to dst. It does not allocate when
+// dst has room.
+func AppendPlan(dst []byte, runs []Run) []byte {
+	dst = AppendMsgHeader(dst, MsgPlan, planFixed+RunSize*len(runs))
+	dst = le.AppendUint32(dst, uint32(len(runs)))
+	dst = le.AppendUint32(dst, 0)
+	for _, r := range runs {
 		dst = le.AppendUint32(dst, r.File)
 		dst = le.AppendUint32(dst, r.Row)
+		dst = le.AppendUint32(dst, r.Rows)
+		dst = le.AppendUint32(dst, r.Flags)
 	}
 	return dst
 }
 
-// ParseFill decodes a MsgFill payload, appending its row references to
-// f.Refs[:0] so that a reused Fill does not allocate.
-func ParseFill(p []byte, f *Fill) error {
-	if len(p) < fillFixed {
-		return fmt.Errorf("%w: FILL payload is %d bytes, want at least %d", ErrProtocol, len(p), fillFixed)
+// ParsePlan decodes a MsgPlan payload, appending its runs to runs.
+func ParsePlan(p []byte, runs []Run) ([]Run, error) {
+	if len(p) < planFixed {
+		return runs, fmt.Errorf("%w: PLAN payload is %d bytes, want at least %d", ErrProtocol, len(p), planFixed)
 	}
-	f.Slot = le.Uint32(p)
-	n := le.Uint32(p[4:])
-	f.Seq = le.Uint64(p[8:])
-	f.Tag = le.Uint64(p[16:])
-	if int64(n)*RowRefSize != int64(len(p)-fillFixed) {
-		return fmt.Errorf("%w: FILL of %d rows (byte 4) needs %d payload bytes, has %d", ErrProtocol, n, fillFixed+int64(n)*RowRefSize, len(p))
+	n := le.Uint32(p)
+	if le.Uint32(p[4:]) != 0 {
+		return runs, fmt.Errorf("%w: PLAN reserved bytes 4..7 not zero", ErrProtocol)
 	}
-	refs := f.Refs[:0]
-	for q := p[fillFixed:]; len(q) >= RowRefSize; q = q[RowRefSize:] {
-		refs = append(refs, RowRef{File: le.Uint32(q), Row: le.Uint32(q[4:])})
+	if int64(n)*RunSize != int64(len(p)-planFixed) {
+		return runs, fmt.Errorf("%w: PLAN of %d runs (byte 0) needs %d payload bytes, has %d", ErrProtocol, n, planFixed+int64(n)*RunSize, len(p))
 	}
-	f.Refs = refs
-	return nil
+	for i, q := 0, p[planFixed:]; len(q) >= RunSize; i, q = i+1, q[RunSize:] {
+		r := Run{File: le.Uint32(q), Row: le.Uint32(q[4:]), Rows: le.Uint32(q[8:]), Flags: le.Uint32(q[12:])}
+		if r.Rows == 0 || r.Flags&^RunContinues != 0 {
+			return runs, fmt.Errorf("%w: PLAN run %d (byte %d): %d rows, flags %#x; want rows > 0 and flags 0 or 1", ErrProtocol, i, planFixed+i*RunSize, r.Rows, r.Flags)
+		}
+		runs = append(runs, r)
+	}
+	return runs, nil
 }
 
 // AppendError appends an encoded MsgError to dst.

@@ -112,13 +112,26 @@ func readers(t testing.TB, dir string, ranks int) []*shard.Reader {
 
 func i32(b []byte, i int) int32 { return int32(le.Uint32(b[4*i:])) }
 
+type rowRef struct{ file, row int }
+
+func expand(runs []Run) []rowRef {
+	var refs []rowRef
+	for _, r := range runs {
+		for i := range r.Rows {
+			refs = append(refs, rowRef{int(r.File), int(r.Row + i)})
+		}
+	}
+	return refs
+}
+
 // checkSlot compares a filled slot with the rows it was asked for.
-func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq, tag uint64, refs []RowRef, rs []*shard.Reader) {
+func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq uint64, runs []Run, rs []*shard.Reader) {
 	t.Helper()
+	refs := expand(runs)
 	slot := c.Slot(slotIdx)
 	h := ReadSlotHeader(slot)
-	if h != (SlotHeader{Seq: seq, Rows: uint32(len(refs)), State: SlotFilled, Tag: tag}) {
-		t.Fatalf("slot %d header %+v, want seq %d rows %d tag %d filled", slotIdx, h, seq, len(refs), tag)
+	if h != (SlotHeader{Seq: seq, Rows: uint32(len(refs)), State: SlotFilled}) || slotIdx != uint32(seq%uint64(c.Layout().Slots)) {
+		t.Fatalf("slot %d header %+v, want seq %d rows %d filled", slotIdx, h, seq, len(refs))
 	}
 	L := int(c.Layout().SeqLen)
 	n := len(refs)
@@ -127,12 +140,12 @@ func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq, tag uint64, refs []
 	ln, sm := c.Column(slot, ColLength, n), c.Column(slot, ColSample, n)
 	var row shard.Row
 	for i, r := range refs {
-		if err := rs[r.File].Row(int(r.Row), &row); err != nil {
+		if err := rs[r.file].Row(r.row, &row); err != nil {
 			t.Fatal(err)
 		}
 		for j := range L {
 			if i32(in, i*L+j) != row.InputIDs[j] || i32(lab, i*L+j) != row.Labels[j] {
-				t.Fatalf("seq %d row %d (shard %d row %d) token %d: got id %d label %d, want %d %d", seq, i, r.File, r.Row, j,
+				t.Fatalf("seq %d row %d (shard %d row %d) token %d: got id %d label %d, want %d %d", seq, i, r.file, r.row, j,
 					i32(in, i*L+j), i32(lab, i*L+j), row.InputIDs[j], row.Labels[j])
 			}
 			if pos != nil && i32(pos, i*L+j) != row.PositionIDs[j] {
@@ -158,38 +171,52 @@ func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq, tag uint64, refs []
 }
 
 // drain streams every row of the given shards through c in batches of
-// maxRows, keeping all slots busy, and checks each batch.
-func drain(t testing.TB, c *Client, shards []int, rowsPer int, rs []*shard.Reader) int {
+// maxRows rows (runs split where a shard ends), planning everything up
+// front in small PLAN messages, holding one batch at a time, and checks
+// each batch. It returns the number of batches.
+func drain(t testing.TB, c *Client, shards []int, rowsPer int, rs []*shard.Reader, seq0 uint64) int {
 	t.Helper()
-	var all []RowRef
+	B := int(c.Layout().MaxRows)
+	var batches [][]Run
+	var cur []Run
+	n := 0
 	for _, s := range shards {
-		for r := range rowsPer {
-			all = append(all, RowRef{File: uint32(s), Row: uint32(r)})
+		for r := 0; r < rowsPer; {
+			m := min(B-n, rowsPer-r)
+			cur = append(cur, Run{File: uint32(s), Row: uint32(r), Rows: uint32(m), Flags: RunContinues})
+			n += m
+			r += m
+			if n == B {
+				cur[len(cur)-1].Flags = 0
+				batches = append(batches, cur)
+				cur, n = nil, 0
+			}
 		}
 	}
-	lay := c.Layout()
-	B := int(lay.MaxRows)
-	var batches [][]RowRef
-	for i := 0; i < len(all); i += B {
-		batches = append(batches, all[i:min(i+B, len(all))])
+	if len(cur) > 0 {
+		cur[len(cur)-1].Flags = 0
+		batches = append(batches, cur)
 	}
-	next := 0
-	for ; next < len(batches) && next < int(lay.Slots); next++ {
-		if err := c.Fill(uint32(next)%lay.Slots, uint64(next), uint64(1000+next), batches[next]); err != nil {
+	var plan []Run
+	for _, b := range batches {
+		plan = append(plan, b...)
+	}
+	for i := 0; i < len(plan); i += 3 { // batches split across messages too
+		if err := c.Plan(plan[i:min(i+3, len(plan))]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for k := range batches {
-		if err := c.Wait(); err != nil {
+		slot, h, err := c.Wait()
+		if err != nil {
 			t.Fatalf("batch %d: %v", k, err)
 		}
-		slot := uint32(k) % lay.Slots
-		checkSlot(t, c, slot, uint64(k), uint64(1000+k), batches[k], rs)
-		if next < len(batches) {
-			if err := c.Fill(slot, uint64(next), uint64(1000+next), batches[next]); err != nil {
-				t.Fatal(err)
-			}
-			next++
+		if int(h.Rows) != len(expand(batches[k])) {
+			t.Fatalf("batch %d: %d rows", k, h.Rows)
+		}
+		checkSlot(t, c, slot, seq0+uint64(k), batches[k], rs)
+		if err := c.Release(1); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return len(batches)
@@ -199,7 +226,7 @@ func TestServeRoundTrip(t *testing.T) {
 	for _, mode := range []shard.Mode{shard.ModePad, shard.ModePack} {
 		t.Run(string(mode), func(t *testing.T) {
 			// batch_rows 3 and batches of 4: rows come from several record batches.
-			dir := writeDataset(t, 2, 41, 16, mode, 3)
+			dir := writeDataset(t, 2, 201, 16, mode, 3)
 			ts := startServer(t, Config{Data: dir})
 			rs := readers(t, dir, 2)
 			c := dial(t, ts.sock, 3, 4)
@@ -217,19 +244,21 @@ func TestServeRoundTrip(t *testing.T) {
 			if info.Ranks != 2 || info.SeqLen != 16 || info.Mode != string(mode) || len(info.Served) != 2 || info.Files[0]["batches"] != nil {
 				t.Fatalf("info %s", c.Info())
 			}
-			if got := drain(t, c, []int{1, 0}, info.RowsPerRank, rs); got == 0 {
-				t.Fatal("no batches")
+			got := drain(t, c, []int{1, 0}, info.RowsPerRank, rs, 0)
+			if got < 8 {
+				t.Fatalf("%d batches", got)
 			}
-			// A shuffled, cross-shard batch of one row repeated.
+			// A cross-shard batch with a row repeated.
 			mid := uint32(info.RowsPerRank / 2)
-			refs := []RowRef{{1, mid}, {0, uint32(info.RowsPerRank - 1)}, {1, mid}}
-			if err := c.Fill(0, 99, 7, refs); err != nil {
+			runs := []Run{{1, mid, 1, RunContinues}, {0, uint32(info.RowsPerRank - 1), 1, RunContinues}, {1, mid, 1, 0}}
+			if err := c.Plan(runs); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Wait(); err != nil {
+			slot, _, err := c.Wait()
+			if err != nil {
 				t.Fatal(err)
 			}
-			checkSlot(t, c, 0, 99, 7, refs, rs)
+			checkSlot(t, c, slot, uint64(got), runs, rs)
 		})
 	}
 }
@@ -260,7 +289,7 @@ func TestEightRanksAtOnce(t *testing.T) {
 						panic(p)
 					}
 				}()
-				drain(ft, c, []int{r}, 13, rs)
+				drain(ft, c, []int{r}, 13, rs, 0)
 			}()
 			if ft.err != nil {
 				errs <- fmt.Errorf("rank %d: %v", r, ft.err)
@@ -333,10 +362,10 @@ func TestClientGoneFreesRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Fill(0, 0, 0, []RowRef{{0, 1}}); err != nil {
+	if err := c.Plan([]Run{{0, 1, 1, 0}, {1, 1, 2, 0}, {1, 3, 2, 0}, {0, 0, 1, 0}, {0, 4, 2, 0}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Wait(); err != nil {
+	if _, _, err := c.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	// Both ends map the ring now (the daemon closed its descriptor after WELCOME).
@@ -346,8 +375,8 @@ func TestClientGoneFreesRing(t *testing.T) {
 	if ts.srv.Clients() != 1 {
 		t.Fatalf("%d clients", ts.srv.Clients())
 	}
-	// The client leaves with batches still in flight.
-	c.Fill(1, 1, 0, []RowRef{{1, 1}})
+	// The client leaves with batches planned, filled and held, and the
+	// daemon waiting for a free slot.
 	c.Close()
 	waitFor(t, func() bool { return ts.srv.Clients() == 0 }, "the daemon to drop the client")
 	waitFor(t, func() bool { f, m := memfds(t, os.Getpid()); return f == f0 && m == m0 }, "the ring to be unmapped and closed")
@@ -356,33 +385,46 @@ func TestClientGoneFreesRing(t *testing.T) {
 func TestRequestErrors(t *testing.T) {
 	dir := writeDataset(t, 4, 40, 8, shard.ModePad, 0)
 	ts := startServer(t, Config{Data: dir, Ranks: []int{0, 2}, MaxClientBytes: 1 << 20})
+	raw := func(b []byte) func(c *Client) error {
+		return func(c *Client) error { _, err := c.conn.Write(b); return err }
+	}
+	plan := func(runs ...Run) func(c *Client) error { return func(c *Client) error { return c.Plan(runs) } }
 	tests := []struct {
 		name     string
-		hello    Hello
 		send     func(c *Client) error
-		wantCode string
+		wantCode uint32
+		wantMsg  string
 	}{
-		{"not served", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, []RowRef{{1, 0}}) }, "code 2"},
-		{"row out of range", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, []RowRef{{2, 10}}) }, "code 3"},
-		{"file out of range", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, []RowRef{{7, 0}}) }, "code 2"},
-		{"slot out of range", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(2, 0, 0, []RowRef{{0, 0}}) }, "code 3"},
-		{"too many rows", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, make([]RowRef, 3)) }, "code 3"},
-		{"empty fill", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { return c.Fill(0, 0, 0, nil) }, "code 3"},
-		{"garbage", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error { _, err := c.conn.Write([]byte("hello daemon")); return err }, "code 1"},
-		{"second hello", Hello{Slots: 2, MaxRows: 2}, func(c *Client) error {
-			_, err := c.conn.Write(AppendHello(nil, Hello{Version: Version, Slots: 1, MaxRows: 1}))
-			return err
-		}, "code 1"},
+		{"not served", plan(Run{1, 0, 1, 0}), CodeNotServed, "shard 1; this daemon serves [0 2] of 4"},
+		{"file out of range", plan(Run{7, 0, 1, 0}), CodeNotServed, "shard 7"},
+		{"rows out of range", plan(Run{2, 9, 2, 0}), CodeLimit, "rows 9..10 of shard 2, the shard has 10 rows"},
+		{"batch too big", plan(Run{0, 0, 1, RunContinues}, Run{2, 0, 2, 0}), CodeLimit, "max_rows"},
+		{"batch too big across messages", func(c *Client) error {
+			c.Plan([]Run{{0, 0, 2, RunContinues}})
+			return c.Plan([]Run{{2, 0, 1, 0}})
+		}, CodeLimit, "max_rows"},
+		{"zero rows", raw(AppendPlan(nil, []Run{{0, 0, 0, 0}})), CodeBadRequest, "want rows > 0"},
+		{"bad flags", raw(AppendPlan(nil, []Run{{0, 0, 1, 2}})), CodeBadRequest, "flags"},
+		{"garbage", raw([]byte("hello daemon, hi")), CodeBadRequest, "magic"},
+		{"second hello", raw(AppendHello(nil, Hello{Version: Version, Slots: 1, MaxRows: 1})), CodeBadRequest, "want PLAN"},
+		{"release more than held", func(c *Client) error {
+			c.Plan([]Run{{0, 0, 1, 0}, {0, 1, 1, 0}, {0, 2, 1, 0}})
+			return c.Release(5)
+		}, CodeBadRequest, "handed back more slots"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := dial(t, ts.sock, tt.hello.Slots, tt.hello.MaxRows)
+			c := dial(t, ts.sock, 2, 2)
 			if err := tt.send(c); err != nil {
 				t.Fatal(err)
 			}
-			err := c.Wait()
-			if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), tt.wantCode) {
-				t.Fatalf("got %v, want ErrRemote with %s", err, tt.wantCode)
+			var err error
+			for err == nil {
+				_, _, err = c.Wait()
+			}
+			want := fmt.Sprintf("code %d", tt.wantCode)
+			if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("got %v, want ErrRemote with %s and %q", err, want, tt.wantMsg)
 			}
 		})
 	}
@@ -417,7 +459,7 @@ func TestShutdownTellsClients(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Wait(); !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "shutting down") {
+	if _, _, err := c.Wait(); !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "shutting down") {
 		t.Fatalf("client got %v", err)
 	}
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
@@ -453,35 +495,30 @@ func TestListenStaleSocket(t *testing.T) {
 }
 
 func TestFillAllocs(t *testing.T) {
-	dir := writeDataset(t, 2, 64, 64, shard.ModePad, 0)
+	dir := writeDataset(t, 2, 64, 64, shard.ModePad, 8)
 	ds, err := OpenDataset(context.Background(), dir, nil, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ds.Close()
-	lay, err := NewLayout(2, 4, 64, ModePad)
+	lay, err := NewLayout(2, 16, 64, ModePad)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mem := make([]byte, lay.TotalSize())
 	ss := &session{srv: &Server{ds: ds}}
-	msg := AppendFill(nil, 1, 3, 4, []RowRef{{0, 1}, {1, 2}, {0, 30}, {1, 31}})
-	var fill Fill
-	fill.Refs = make([]RowRef, 0, 4)
-	if err := ss.handle(msg, &lay, mem, &fill); err != nil {
-		t.Fatal(err)
-	}
-	if a := testing.AllocsPerRun(100, func() {
-		if err := ss.handle(msg, &lay, mem, &fill); err != nil {
+	runs := []Run{{0, 5, 6, RunContinues}, {1, 2, 9, RunContinues}, {0, 30, 1, 0}}
+	for _, r := range runs {
+		if err := ds.checkRun(r); err != nil {
 			t.Fatal(err)
 		}
-	}); a != 0 {
+	}
+	if a := testing.AllocsPerRun(100, func() { ss.fillOne(&lay, mem, 3, runs) }); a != 0 {
 		t.Fatalf("filling a slot allocates %.1f times", a)
 	}
 	buf := make([]byte, 0, MaxMsgSize)
-	refs := fill.Refs
-	if a := testing.AllocsPerRun(100, func() { buf = AppendFill(buf[:0], 1, 3, 4, refs) }); a != 0 {
-		t.Fatalf("AppendFill allocates %.1f times", a)
+	if a := testing.AllocsPerRun(100, func() { buf = AppendPlan(buf[:0], runs) }); a != 0 {
+		t.Fatalf("AppendPlan allocates %.1f times", a)
 	}
 }
 

@@ -265,71 +265,147 @@ func (ss *session) serve() error {
 	}
 	defer shm.Unmap(mem)
 	lay.AppendHeader(mem[:0])
-	efd, err := shm.Eventfd()
+	ready, err := shm.Eventfd()
 	if err != nil {
 		mfd.Close()
 		return ss.fail(CodeIO, err)
 	}
-	defer efd.Close()
-	err = shm.SendFds(ss.conn, AppendWelcome(nil, Welcome{Version: Version, ShmSize: lay.TotalSize(), Info: s.ds.Info()}), mfd, efd)
+	defer ready.Close()
+	free, err := shm.Eventfd()
+	if err != nil {
+		mfd.Close()
+		return ss.fail(CodeIO, err)
+	}
+	err = shm.SendFds(ss.conn, AppendWelcome(nil, Welcome{Version: Version, ShmSize: lay.TotalSize(), Info: s.ds.Info()}), mfd, ready, free)
 	mfd.Close() // the mapping and the client's descriptor keep the memory
 	if err != nil {
+		free.Close()
 		return fmt.Errorf("sending WELCOME: %w", err)
 	}
 	s.cfg.Logf("client %d (rank %d worker %d): %d slots × %d rows, %d bytes", ss.id, hello.Rank, hello.Worker, lay.Slots, lay.MaxRows, lay.TotalSize())
 
-	var fill Fill
-	fill.Refs = make([]RowRef, 0, lay.MaxRows)
-	one := le.AppendUint64(nil, 1)
+	// The filler prepares batches as plans arrive and slots come back; this
+	// goroutine reads the socket. Either one ending ends the session: EOF
+	// (the client is gone) closes free, which wakes the filler; a filler
+	// error closes the connection, which wakes the reader.
+	plans := make(chan []Run, MaxPlanAhead)
+	fillErr := make(chan error, 1)
+	go func() { fillErr <- ss.fill(&lay, mem, plans, free, ready) }()
+	rerr := ss.read(buf, &lay, plans)
+	close(plans)
+	free.Close()
+	ferr := <-fillErr
+	if ferr != nil && !errors.Is(ferr, os.ErrClosed) {
+		return ferr // already reported to the client by fill
+	}
+	return rerr
+}
+
+// read receives PLAN messages until the client closes the connection.
+func (ss *session) read(buf []byte, lay *Layout, plans chan<- []Run) error {
+	var rows uint64 // rows of the batch being planned (runs with RunContinues)
 	for {
 		n, err := ss.conn.Read(buf)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-				return nil // client gone (or shutdown): the deferred calls free the ring
+				return nil // client gone, shutdown, or the filler failed
 			}
 			return err
 		}
 		if n == 0 {
 			return nil // SOCK_SEQPACKET: a zero-length read is the peer's close
 		}
-		if err := ss.handle(buf[:n], &lay, mem, &fill); err != nil {
-			var ce *clientError
-			if errors.As(err, &ce) {
-				return ss.fail(ce.code, ce.err)
-			}
-			return ss.fail(CodeIO, err)
+		h, p, err := ParseMsg(buf[:n])
+		if err == nil && h.Type != MsgPlan {
+			err = fmt.Errorf("%w: message type %d, want PLAN (%d)", ErrProtocol, h.Type, MsgPlan)
 		}
-		if _, err := efd.Write(one); err != nil {
-			return fmt.Errorf("signalling the ready eventfd: %w", err)
+		var runs []Run
+		if err == nil {
+			runs, err = ParsePlan(p, make([]Run, 0, (len(p)-planFixed)/RunSize))
+		}
+		if err != nil {
+			return ss.fail(CodeBadRequest, err)
+		}
+		for i, r := range runs {
+			if err := ss.srv.ds.checkRun(r); err != nil {
+				code := CodeLimit
+				if errors.Is(err, ErrNotServed) {
+					code = CodeNotServed
+				}
+				return ss.fail(code, fmt.Errorf("PLAN run %d: %w", i, err))
+			}
+			rows += uint64(r.Rows)
+			if rows > uint64(lay.MaxRows) {
+				return ss.fail(CodeLimit, fmt.Errorf("%w: PLAN run %d: a batch of %d or more rows, the ring holds %d per slot (max_rows)", ErrLimit, i, rows, lay.MaxRows))
+			}
+			if r.Flags&RunContinues == 0 {
+				rows = 0
+			}
+		}
+		select {
+		case plans <- runs:
+		default:
+			return ss.fail(CodeLimit, fmt.Errorf("%w: more than %d PLAN messages queued ahead of the filled batches", ErrLimit, MaxPlanAhead))
 		}
 	}
 }
 
-// handle processes one FILL message. It does not allocate.
-func (ss *session) handle(msg []byte, lay *Layout, mem []byte, fill *Fill) error {
-	h, p, err := ParseMsg(msg)
-	if err == nil && h.Type != MsgFill {
-		err = fmt.Errorf("%w: message type %d, want FILL (%d)", ErrProtocol, h.Type, MsgFill)
-	}
-	if err == nil {
-		err = ParseFill(p, fill)
-	}
-	if err != nil {
-		return &clientError{CodeBadRequest, err}
-	}
-	if fill.Slot >= lay.Slots || len(fill.Refs) == 0 || len(fill.Refs) > int(lay.MaxRows) {
-		return &clientError{CodeLimit, fmt.Errorf("%w: FILL seq %d: slot %d of %d, %d rows of at most %d", ErrLimit, fill.Seq, fill.Slot, lay.Slots, len(fill.Refs), lay.MaxRows)}
-	}
-	off := lay.SlotOffset(fill.Slot)
-	slot := mem[off : off+lay.SlotSize]
-	PutSlotHeader(slot, SlotHeader{Seq: fill.Seq, State: SlotEmpty})
-	if err := ss.srv.ds.fillSlot(lay, slot, fill.Refs); err != nil {
-		code := CodeLimit
-		if errors.Is(err, ErrNotServed) {
-			code = CodeNotServed
+// fill prepares the planned batches in order: batch n goes to slot n % slots
+// once that slot is free (the ring starts all free; the client hands slots
+// back through the free eventfd), then the ready eventfd gets +1. It does not
+// allocate per batch.
+func (ss *session) fill(lay *Layout, mem []byte, plans <-chan []Run, free, ready *os.File) error {
+	var (
+		seq    uint64
+		avail  = uint64(lay.Slots)
+		b      [8]byte
+		one    = le.AppendUint64(nil, 1)
+		carry  []Run // runs of a batch that continues in the next PLAN message
+		merged []Run
+	)
+	for runs := range plans {
+		if len(carry) > 0 {
+			merged = append(append(merged[:0], carry...), runs...)
+			runs, carry = merged, carry[:0]
 		}
-		return &clientError{code, fmt.Errorf("FILL seq %d: %w", fill.Seq, err)}
+		start := 0 // first run of the current batch
+		for i, r := range runs {
+			if r.Flags&RunContinues != 0 {
+				continue
+			}
+			for avail == 0 {
+				n, err := free.Read(b[:])
+				if err != nil {
+					return err
+				}
+				if n == 8 {
+					avail += le.Uint64(b[:])
+				}
+			}
+			if avail > uint64(lay.Slots) {
+				err := fmt.Errorf("%w: the client handed back more slots than it holds", ErrProtocol)
+				ss.fail(CodeBadRequest, err)
+				return err
+			}
+			ss.fillOne(lay, mem, seq, runs[start:i+1])
+			if _, err := ready.Write(one); err != nil {
+				ss.fail(CodeIO, err)
+				return err
+			}
+			seq++
+			avail--
+			start = i + 1
+		}
+		carry = append(carry, runs[start:]...)
 	}
-	PutSlotHeader(slot, SlotHeader{Seq: fill.Seq, Rows: uint32(len(fill.Refs)), State: SlotFilled, Tag: fill.Tag})
 	return nil
+}
+
+// fillOne fills slot seq % slots with the batch of runs.
+func (ss *session) fillOne(lay *Layout, mem []byte, seq uint64, runs []Run) {
+	off := lay.SlotOffset(uint32(seq % uint64(lay.Slots)))
+	slot := mem[off : off+lay.SlotSize]
+	PutSlotHeader(slot, SlotHeader{Seq: seq, State: SlotEmpty})
+	rows := ss.srv.ds.fillSlot(lay, slot, runs)
+	PutSlotHeader(slot, SlotHeader{Seq: seq, Rows: uint32(rows), State: SlotFilled})
 }

@@ -131,10 +131,10 @@ func connect(t *testing.T, sock string) *serve.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Fill(0, 0, 0, []serve.RowRef{{File: 0, Row: 1}, {File: 1, Row: 2}}); err != nil {
+	if err := c.Plan([]serve.Run{{File: 0, Row: 1, Rows: 1, Flags: serve.RunContinues}, {File: 1, Row: 2, Rows: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Wait(); err != nil {
+	if _, _, err := c.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -156,7 +156,7 @@ func TestSIGTERMExitsCleanly(t *testing.T) {
 	if err := d.cmd.Wait(); err != nil {
 		t.Fatalf("daemon exit after SIGTERM: %v\n%s", err, d.stderr.String())
 	}
-	if err := c.Wait(); !errors.Is(err, serve.ErrRemote) || !strings.Contains(err.Error(), "shutting down") {
+	if _, _, err := c.Wait(); !errors.Is(err, serve.ErrRemote) || !strings.Contains(err.Error(), "shutting down") {
 		t.Fatalf("client got %v after SIGTERM", err)
 	}
 	if _, err := os.Lstat(d.sock); !errors.Is(err, os.ErrNotExist) {
@@ -173,17 +173,17 @@ func TestSIGKILLedDaemon(t *testing.T) {
 	before := ringMaps(t)
 	c := connect(t, d.sock)
 	slot := c.Slot(0)
-	if err := c.Fill(1, 1, 0, []serve.RowRef{{File: 0, Row: 3}}); err != nil {
+	if err := c.Plan([]serve.Run{{File: 0, Row: 3, Rows: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	c.Wait()
 	d.cmd.Process.Kill()
 	d.cmd.Wait()
 	// The client learns it from the socket, not from a timeout.
-	if err := c.Fill(0, 2, 0, []serve.RowRef{{File: 0, Row: 3}}); err != nil && !errors.Is(err, serve.ErrDaemonGone) {
-		t.Fatalf("Fill after the daemon died: %v", err)
+	if err := c.Plan([]serve.Run{{File: 0, Row: 3, Rows: 1}}); err != nil && !errors.Is(err, serve.ErrDaemonGone) {
+		t.Fatalf("Plan after the daemon died: %v", err)
 	}
-	if err := c.Wait(); !errors.Is(err, serve.ErrDaemonGone) {
+	if _, _, err := c.Wait(); !errors.Is(err, serve.ErrDaemonGone) {
 		t.Fatalf("Wait after the daemon died: %v, want ErrDaemonGone", err)
 	}
 	if serve.ReadSlotHeader(slot).State != serve.SlotFilled { // the mapping is still ours

@@ -16,18 +16,20 @@ resumes the other)::
 
 Protocol (layout drawn in serve/doc.go, pinned by serve/testdata/
 protocol.golden.json which tests/test_serve.py checks against this module):
-the client sends HELLO, gets WELCOME with the memfd and the eventfd
-(SCM_RIGHTS), maps the ring, and asks for batch after batch with FILL
-messages naming the rows (shard, row) in order; the daemon copies the rows
-into the slot and adds 1 to the eventfd. No atomics: every hand-over is a
-system call.
+the client sends HELLO, gets WELCOME with the memfd and two eventfds
+(SCM_RIGHTS), maps the ring, and sends its plan (PLAN messages: the batches
+of the iteration, each a run of rows of one shard, in order, computed by
+:mod:`ferry.order` exactly as the direct loader does). The daemon fills batch
+n into slot n % slots once that slot is free and adds 1 to the *ready*
+eventfd; the client adds the slots it is done with to the *free* eventfd. No
+atomics: every hand-over is a system call.
 
 Lifetime of a batch: its tensors are views of one ring slot and stay valid
 until the *next* batch is requested (the slot is then refilled). Keep a batch
 longer by copying it (``.clone()``, or ``to_device``, which copies anyway).
 In DataLoader worker processes batches are cloned before they are yielded,
 since torch sends them to the main process asynchronously. With ``slots``
-slots, ``slots - 1`` batches are prepared ahead while you hold one.
+slots, up to ``slots - 1`` batches are prepared ahead while you hold one.
 
 Errors: :class:`DaemonGone` when the daemon exits, is killed or shuts down
 (raised within a second: the socket is polled together with the eventfd),
@@ -37,6 +39,7 @@ is ever created in /dev/shm: the ring is a memfd, gone with the last process
 that maps it.
 """
 
+import fcntl
 import json
 import mmap
 import os
@@ -44,8 +47,6 @@ import select
 import socket
 import struct
 import time
-from collections import deque
-
 import numpy as np
 import torch
 import torch.utils.data
@@ -59,16 +60,19 @@ VERSION = 1
 MSG_MAGIC = 0x53595246  # "FRYS"
 MSG_HEADER = struct.Struct("<IHHII")
 MAX_MSG_SIZE = 128 << 10
-MSG_HELLO, MSG_WELCOME, MSG_FILL, MSG_ERROR = 1, 2, 3, 4
+MSG_HELLO, MSG_WELCOME, MSG_PLAN, MSG_ERROR = 1, 2, 3, 4
 CODE_BAD_REQUEST, CODE_NOT_SERVED, CODE_LIMIT, CODE_SHUTDOWN, CODE_IO = 1, 2, 3, 4, 5
 
 _HELLO = struct.Struct("<IIIiiI")
 _WELCOME = struct.Struct("<IIQII")
-_FILL = struct.Struct("<IIQQ")
+_PLAN = struct.Struct("<II")
 _ERROR = struct.Struct("<II")
-ROW_REF_SIZE = 8
-MAX_ROWS = (MAX_MSG_SIZE - MSG_HEADER.size - _FILL.size) // ROW_REF_SIZE
+RUN_SIZE = 16
+RUN_CONTINUES = 1
+MAX_RUNS_PER_MSG = (MAX_MSG_SIZE - MSG_HEADER.size - _PLAN.size) // RUN_SIZE
+MAX_ROWS = 1 << 16
 MAX_SLOTS = 1024
+MAX_PLAN_AHEAD = 64
 
 SHM_MAGIC = b"FERRYSHM"
 SHM_HEADER_SIZE = 4096
@@ -79,7 +83,7 @@ SLOT_ALIGN = 4096
 COLUMN_ALIGN = 64
 _SHM_FIXED = struct.Struct("<8sIIIIIIQQQQ")  # 64 bytes
 _COLUMN = struct.Struct("<QB3xI")
-_SLOT_HEADER = struct.Struct("<QIIQ")
+_SLOT_HEADER = struct.Struct("<QII")
 SLOT_FILLED = 1
 MODE_PAD, MODE_PACK = 0, 1
 DTYPE_INT32, DTYPE_INT64 = 1, 2
@@ -125,10 +129,12 @@ def encode_welcome(shm_size, info, version=VERSION):
     return _msg(MSG_WELCOME, _WELCOME.pack(version, 0, shm_size, len(info), 0) + info)
 
 
-def encode_fill(slot, seq, tag, refs):
-    """refs: (file, row) pairs, a sequence or an (n, 2) uint32 array."""
-    refs = np.ascontiguousarray(refs, dtype="<u4").reshape(-1, 2)
-    return _msg(MSG_FILL, _FILL.pack(slot, len(refs), seq, tag) + refs.tobytes())
+def encode_plan(runs):
+    """runs: (file, row, rows, flags) quadruples, a sequence or an (n, 4)
+    uint32 array. A batch is one run, or several when all but the last have
+    flags RUN_CONTINUES."""
+    runs = np.ascontiguousarray(runs, dtype="<u4").reshape(-1, 4)
+    return _msg(MSG_PLAN, _PLAN.pack(len(runs), 0) + runs.tobytes())
 
 
 def encode_error(code, text):
@@ -240,17 +246,21 @@ class ServeConnection:
     """One connection to ferry-serve: a ring of ``slots`` slots for batches
     of up to ``max_rows`` rows. Low level: :class:`ServeLoader` drives it.
 
-    ``fill(refs)`` queues a batch (returns its slot); ``wait()`` blocks until
-    the oldest queued batch is ready and returns ``(slot, rows)``;
-    ``batch(slot, rows)`` gives its tensors (views of the ring)."""
+    ``plan(runs)`` queues batches; ``wait()`` blocks until the next planned
+    batch is ready and returns ``(slot, rows)``; ``batch(slot, rows)`` gives
+    its tensors (views of the ring); ``release()`` hands the oldest batch
+    returned by ``wait()`` back to the daemon (releases are written to the
+    free eventfd in groups of ``release_every``, and always before
+    blocking)."""
 
     def __init__(self, path, slots, max_rows, rank=-1, worker=-1, timeout=60.0):
         self.path = os.fspath(path)
         self.timeout = timeout
         self._sock = None
-        self._efd = -1
+        self._efd = self._free = -1
         self._mm = None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        fds = []
         try:
             sock.settimeout(timeout)
             try:
@@ -262,56 +272,57 @@ class ServeConnection:
                 ) from None
             sock.sendall(encode_hello(slots, max_rows, rank, worker))
             try:
-                msg, fds, _, _ = socket.recv_fds(sock, MAX_MSG_SIZE + 1, 2)
+                msg, fds, _, _ = socket.recv_fds(sock, MAX_MSG_SIZE + 1, 3)
             except socket.timeout:
                 raise DaemonGone(f"ferry-serve at {self.path} did not answer within {timeout}s") from None
-            try:
-                if not msg:
-                    raise DaemonGone(f"ferry-serve at {self.path} closed the connection before answering")
-                typ, p = parse_msg(msg)
-                if typ == MSG_ERROR:
-                    code, text = parse_error(p)
-                    cls = DaemonGone if code == CODE_SHUTDOWN else ServeError
-                    raise cls(f"{self.path}: {text}", code)
-                if typ != MSG_WELCOME or len(fds) != 2:
-                    raise ProtocolError(f"{self.path}: got message type {typ} with {len(fds)} descriptors, "
-                                        "want WELCOME with 2")
-                shm_size, info = parse_welcome(p)
-                memfd, efd = fds
-                import fcntl
-
-                seals = fcntl.fcntl(memfd, getattr(fcntl, "F_GET_SEALS", _F_GET_SEALS))
-                if seals & REQUIRED_SEALS != REQUIRED_SEALS:
-                    raise ProtocolError(f"{self.path}: ring memfd seals {seals:#x}, want {REQUIRED_SEALS:#x}")
-                size = os.fstat(memfd).st_size
-                if size != shm_size or size < SHM_HEADER_SIZE:
-                    raise ProtocolError(f"{self.path}: ring memfd is {size} bytes, WELCOME says {shm_size}")
-                self._mm = mmap.mmap(memfd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-                self.layout = parse_header(self._mm, size)
-                self.info = json.loads(info)
-                self._efd = efd
-                fds = [memfd]  # the mapping keeps the ring; the descriptor is closed below
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            if not msg:
+                raise DaemonGone(f"ferry-serve at {self.path} closed the connection before answering")
+            typ, p = parse_msg(msg)
+            if typ == MSG_ERROR:
+                code, text = parse_error(p)
+                cls = DaemonGone if code == CODE_SHUTDOWN else ServeError
+                raise cls(f"{self.path}: {text}", code)
+            if typ != MSG_WELCOME or len(fds) != 3:
+                raise ProtocolError(f"{self.path}: got message type {typ} with {len(fds)} descriptors, "
+                                    "want WELCOME with 3")
+            shm_size, info = parse_welcome(p)
+            memfd = fds[0]
+            seals = fcntl.fcntl(memfd, getattr(fcntl, "F_GET_SEALS", _F_GET_SEALS))
+            if seals & REQUIRED_SEALS != REQUIRED_SEALS:
+                raise ProtocolError(f"{self.path}: ring memfd seals {seals:#x}, want {REQUIRED_SEALS:#x}")
+            size = os.fstat(memfd).st_size
+            if size != shm_size or size < SHM_HEADER_SIZE:
+                raise ProtocolError(f"{self.path}: ring memfd is {size} bytes, WELCOME says {shm_size}")
+            self._mm = mmap.mmap(memfd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self.layout = parse_header(self._mm, size)
+            self.info = json.loads(info)
+            os.close(memfd)  # the mapping keeps the ring
+            self._efd, self._free = fds[1], fds[2]
+            fds = []
         except BaseException:
             sock.close()
+            for fd in fds:
+                os.close(fd)
             if self._mm is not None:
                 self._mm.close()
-            if self._efd >= 0:
-                os.close(self._efd)
+                self._mm = None
             raise
         sock.settimeout(None)
         self._sock = sock
+        self._sockfd = sock.fileno()
         self._poll = select.poll()
         self._poll.register(self._efd, select.POLLIN)
-        self._poll.register(sock.fileno(), select.POLLIN)
-        self._ready = 0
-        self._seq = 0          # next FILL's sequence number
-        self._queue = deque()  # (seq, slot, rows) filled but not yet returned by wait()
+        self._poll.register(self._sockfd, select.POLLIN)
         lay = self.layout
+        self._ready = 0        # batches the daemon signalled and wait() has not returned
+        self._next = 0         # number of the next batch wait() returns
+        self._planned = 0      # batches planned so far
+        self._returned = 0     # batches returned by wait() and not yet released
+        self._unsent = 0       # released batches not yet written to the free eventfd
+        self.release_every = max(1, lay.slots // 4)
         u8 = np.frombuffer(self._mm, dtype=np.uint8)
         self.address, self.size = u8.ctypes.data, len(self._mm)
+        del u8
         self._views = []
         for s in range(lay.slots):
             base = lay.slot_offset(s)
@@ -321,81 +332,102 @@ class ServeConnection:
                     a = np.frombuffer(self._mm, dtype=_DTYPES[dt], count=lay.max_rows * w, offset=base + off)
                     v[COLUMNS[i]] = torch.from_numpy(a.reshape(lay.max_rows, w) if w > 1 else a)
             self._views.append(v)
-        del u8
+        self._full = {}  # (attention_mask) -> per-slot dicts of whole-slot views
 
     @property
     def slots(self):
         return self.layout.slots
 
     @property
-    def in_flight(self):
-        return len(self._queue)
+    def planned_ahead(self):
+        """Batches planned and not yet returned by wait()."""
+        return self._planned - self._next
 
-    def fill(self, refs, tag=0):
-        """Queue a batch of rows ((shard, row) pairs); returns the slot it
-        will be in. The slot's previous batch must no longer be used."""
+    @property
+    def idle(self):
+        """True when nothing is planned ahead and nothing is held."""
+        return self._planned == self._next and self._returned == 0
+
+    def plan(self, runs):
+        """Queue batches: runs of (file, row, rows, flags) (an (n, 4) uint32
+        array or a sequence); a run with flags RUN_CONTINUES continues its
+        batch in the next run. Returns the number of batches queued."""
         if self._sock is None:
             raise ServeError(f"{self.path}: connection closed")
-        if len(self._queue) >= self.layout.slots:
-            raise ServeError(f"{self.path}: {len(self._queue)} batches in flight fill the {self.layout.slots}-slot ring")
-        refs = np.ascontiguousarray(refs, dtype="<u4").reshape(-1, 2)
-        seq = self._seq
-        slot = seq % self.layout.slots
-        msg = encode_fill(slot, seq, tag, refs)
-        try:
-            self._sock.send(msg)
-        except OSError as e:
-            self._check_socket(0)
-            raise DaemonGone(f"ferry-serve at {self.path}: connection lost ({e})") from None
-        self._seq += 1
-        self._queue.append((seq, slot, len(refs)))
-        return slot
+        runs = np.ascontiguousarray(runs, dtype="<u4").reshape(-1, 4)
+        batches = int(np.count_nonzero((runs[:, 3] & RUN_CONTINUES) == 0))
+        for i in range(0, len(runs), MAX_RUNS_PER_MSG):
+            try:
+                self._sock.send(encode_plan(runs[i:i + MAX_RUNS_PER_MSG]))
+            except OSError as e:
+                self._check_socket()
+                raise DaemonGone(f"ferry-serve at {self.path}: connection lost ({e})") from None
+        self._planned += batches
+        return batches
 
     def wait(self):
-        """Block until the oldest queued batch is ready; return (slot, rows)."""
-        if not self._queue:
-            raise ServeError(f"{self.path}: wait() with no batch queued")
+        """Block until the next planned batch is ready; return (slot, rows)."""
+        if self._next >= self._planned:
+            raise ServeError(f"{self.path}: wait() with no batch planned")
         if not self._ready:
             self._wait_ready()
         self._ready -= 1
-        seq, slot, rows = self._queue.popleft()
-        hseq, hrows, state, _ = _SLOT_HEADER.unpack_from(self._mm, self.layout.slot_offset(slot))
-        if hseq != seq or hrows != rows or state != SLOT_FILLED:
-            raise ProtocolError(f"{self.path}: slot {slot} holds seq {hseq} ({hrows} rows, state {state}), "
-                                f"want seq {seq} ({rows} rows, filled)")
+        seq = self._next
+        slot = seq % self.layout.slots
+        hseq, rows, state = _SLOT_HEADER.unpack_from(self._mm, self.layout.slot_offset(slot))
+        if hseq != seq or state != SLOT_FILLED:
+            raise ProtocolError(f"{self.path}: slot {slot} holds batch {hseq} (state {state}), want batch {seq} filled")
+        self._next = seq + 1
+        self._returned += 1
         return slot, rows
 
+    def release(self, n=1):
+        """Hand the n oldest batches returned by wait() back to the daemon."""
+        if n > self._returned:
+            raise ServeError(f"{self.path}: release({n}) with {self._returned} batches held")
+        self._returned -= n
+        self._unsent += n
+        if self._unsent >= self.release_every:
+            self._flush()
+
+    def _flush(self):
+        if self._unsent:
+            os.eventfd_write(self._free, self._unsent)
+            self._unsent = 0
+
     def _wait_ready(self):
+        try:
+            self._ready += os.eventfd_read(self._efd)
+            return
+        except BlockingIOError:
+            pass
+        self._flush()  # never sit on released slots while waiting for one
         deadline = None if not self.timeout else time.monotonic() + self.timeout
         while True:
+            for fd, _ in self._poll.poll(1000):
+                if fd == self._sockfd:
+                    self._check_socket()
             try:
                 self._ready += os.eventfd_read(self._efd)
                 return
             except BlockingIOError:
                 pass
-            for fd, _ in self._poll.poll(1000):
-                if fd == self._sock.fileno():
-                    self._check_socket(0)
             if deadline is not None and time.monotonic() > deadline:
                 raise ServeError(f"ferry-serve at {self.path}: no batch within {self.timeout}s "
                                  "(daemon alive but stuck? see its log)")
 
-    def _check_socket(self, timeout_ms):
+    def _check_socket(self):
         """Raise the daemon's error if the socket has one (or EOF)."""
-        if not self._poll.poll(timeout_ms) and timeout_ms:
-            return
         try:
             msg = self._sock.recv(MAX_MSG_SIZE + 1, socket.MSG_DONTWAIT)
+            why = "EOF"
         except BlockingIOError:
             return
         except OSError as e:
-            msg = b""
-            why = str(e)
-        else:
-            why = "EOF"
+            msg, why = b"", str(e)
         if not msg:
             raise DaemonGone(f"ferry-serve at {self.path} closed the connection ({why}): the daemon exited or was "
-                             "killed; restart it and resume from your last checkpoint") from None
+                             "killed; restart it and resume from your last checkpoint")
         typ, p = parse_msg(msg)
         if typ == MSG_ERROR:
             code, text = parse_error(p)
@@ -405,27 +437,28 @@ class ServeConnection:
 
     def batch(self, slot, rows, attention_mask=True, copy=False):
         """The batch dict of a ready slot: views of the ring (or copies)."""
-        v = self._views[slot]
-        if self.layout.mode == MODE_PACK:
-            out = {"input_ids": v["input_ids"][:rows], "labels": v["labels"][:rows],
-                   "position_ids": v["position_ids"][:rows]}
-        elif attention_mask:
-            out = {"input_ids": v["input_ids"][:rows], "attention_mask": v["attention_mask"][:rows],
-                   "labels": v["labels"][:rows]}
-        else:
-            out = {"input_ids": v["input_ids"][:rows], "length": v["length"][:rows], "labels": v["labels"][:rows]}
+        full = self._full.get(attention_mask)
+        if full is None:
+            full = self._full[attention_mask] = [self._make(s, self.layout.max_rows, attention_mask)
+                                                  for s in range(self.layout.slots)]
+        out = dict(full[slot]) if rows == self.layout.max_rows else self._make(slot, rows, attention_mask)
         if copy:
             out = {k: t.clone() for k, t in out.items()}
         return out
 
+    def _make(self, slot, rows, attention_mask):
+        v = self._views[slot]
+        if self.layout.mode == MODE_PACK:
+            keys = ("input_ids", "labels", "position_ids")
+        elif attention_mask:
+            keys = ("input_ids", "attention_mask", "labels")
+        else:
+            keys = ("input_ids", "length", "labels")
+        return {k: v[k][:rows] for k in keys}
+
     def column(self, slot, rows, name):
         """One column of a ready slot (e.g. "sample", "length"), a view."""
         return self._views[slot][name][:rows]
-
-    def drain(self):
-        """Wait out every queued batch (after an interrupted iteration)."""
-        while self._queue:
-            self.wait()
 
     def close(self):
         """Disconnect; the daemon frees the ring. Tensors already handed out
@@ -433,10 +466,12 @@ class ServeConnection:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        if self._efd >= 0:
-            os.close(self._efd)
-            self._efd = -1
+        for fd in (self._efd, self._free):
+            if fd >= 0:
+                os.close(fd)
+        self._efd = self._free = -1
         self._views = []
+        self._full = {}
         if self._mm is not None:
             try:
                 self._mm.close()
@@ -495,14 +530,14 @@ class ServeLoader(Loader):
             /tmp/ferry-serve.sock).
         batch_size, rank, world_size, shuffle, seed, drop_last,
         attention_mask: as for :class:`ferry.Loader`.
-        slots: ring slots per process (default 4: 3 batches prepared ahead
-            while you hold one).
+        slots: ring slots per process (default 8: up to 7 batches prepared
+            ahead while you hold one).
         timeout: seconds to wait for the daemon to answer (default 60; a dead
             daemon is reported at once regardless).
     """
 
     def __init__(self, socket=None, batch_size=None, *, rank=None, world_size=None, shuffle=True, seed=None,
-                 drop_last=False, attention_mask=True, slots=4, timeout=60.0):
+                 drop_last=False, attention_mask=True, slots=8, timeout=60.0, plan_chunk=1024):
         torch.utils.data.IterableDataset.__init__(self)
         if batch_size is None:
             raise TypeError("ServeLoader needs batch_size")
@@ -516,6 +551,7 @@ class ServeLoader(Loader):
         if not 2 <= self.slots <= MAX_SLOTS:
             raise ValueError(f"slots = {slots}, want 2..{MAX_SLOTS} (one held + at least one ahead)")
         self.timeout = timeout
+        self.plan_chunk = int(plan_chunk)
         info = dist.resolve(rank, world_size)
         self.rank, self.world_size = info.rank, info.world_size
         self._conn = None
@@ -574,34 +610,37 @@ class ServeLoader(Loader):
         wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
         copy = wi is not None  # batches leave a worker asynchronously: never hand out ring views there
         conn = self._connect(-1 if wi is None else wid)
-        conn.drain()  # batches queued by an interrupted loop
-        us = iter(range(wid, n, nw))
-        ar = np.arange(self.batch_size, dtype="<u4")
-        refs = np.empty((self.batch_size, 2), dtype="<u4")
+        if not conn.idle:
+            # An earlier loop stopped early: its plan is still queued in the
+            # daemon. A fresh connection is the cheapest way to drop it.
+            conn.close()
+            self._conn = None
+            conn = self._connect(-1 if wi is None else wid)
+        us = range(wid, n, nw)
+        chunk = max(self.plan_chunk, conn.slots)
+        planned = 0  # index into us
 
-        def submit():
-            u = next(us, None)
-            if u is None:
-                return
-            s, row, rows = o.block(start + u * W + w)
-            r = refs[:rows]
-            r[:, 0] = s
-            np.add(ar[:rows], row, out=r[:, 1])
-            conn.fill(r, tag=u)
-            pending.append(u)
+        def plan_more():
+            nonlocal planned
+            part = us[planned:planned + chunk]
+            runs = np.empty((len(part), 4), dtype="<u4")
+            for i, u in enumerate(part):
+                runs[i, 0], runs[i, 1], runs[i, 2] = o.block(start + u * W + w)
+            runs[:, 3] = 0
+            conn.plan(runs)
+            planned += len(part)
 
-        pending = deque()
-        for _ in range(conn.slots - 1):
-            submit()
-        while pending:
-            u = pending.popleft()
+        plan_more()
+        for k, u in enumerate(us):
+            if planned < len(us) and planned - k < chunk // 2:
+                plan_more()
             slot, rows = conn.wait()
             batch = conn.batch(slot, rows, self.attention_mask, copy)
             self._consumed = start + (u + 1) * W
             yield batch
             # The caller asked for the next batch: the one just yielded is
-            # released, so its slot can take the next request.
-            submit()
+            # released and its slot can be refilled.
+            conn.release()
 
     def close(self):
         """Disconnect from the daemon (tensors already yielded stay readable)."""

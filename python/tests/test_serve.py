@@ -127,12 +127,14 @@ def test_protocol_golden():
     assert g["version"] == sc.VERSION
     assert g["msg_magic"] == sc.MSG_MAGIC and g["msg_header_size"] == sc.MSG_HEADER.size
     assert g["max_msg_size"] == sc.MAX_MSG_SIZE and g["max_rows"] == sc.MAX_ROWS and g["max_slots"] == sc.MAX_SLOTS
+    assert g["max_runs_per_msg"] == sc.MAX_RUNS_PER_MSG and g["max_plan_ahead"] == sc.MAX_PLAN_AHEAD
+    assert g["run_continues"] == sc.RUN_CONTINUES
     assert g["shm_magic"].encode() == sc.SHM_MAGIC and g["shm_header_size"] == sc.SHM_HEADER_SIZE
     assert g["shm_column_table_offset"] == sc.SHM_COLUMN_TABLE_OFFSET
     assert g["shm_column_entry_size"] == sc.SHM_COLUMN_ENTRY_SIZE
-    assert g["slot_header_size"] == sc.SLOT_HEADER_SIZE == sc._SLOT_HEADER.size + 40
+    assert g["slot_header_size"] == sc.SLOT_HEADER_SIZE == sc._SLOT_HEADER.size + 48
     assert g["slot_align"] == sc.SLOT_ALIGN and g["column_align"] == sc.COLUMN_ALIGN
-    assert g["msg_types"] == {"hello": sc.MSG_HELLO, "welcome": sc.MSG_WELCOME, "fill": sc.MSG_FILL,
+    assert g["msg_types"] == {"hello": sc.MSG_HELLO, "welcome": sc.MSG_WELCOME, "plan": sc.MSG_PLAN,
                               "error": sc.MSG_ERROR}
     assert g["error_codes"] == {"bad_request": sc.CODE_BAD_REQUEST, "not_served": sc.CODE_NOT_SERVED,
                                 "limit": sc.CODE_LIMIT, "shutdown": sc.CODE_SHUTDOWN, "io": sc.CODE_IO}
@@ -146,8 +148,8 @@ def test_protocol_golden():
     assert sc.encode_welcome(f["shm_size"], f["info"].encode(), f["version"]).hex() == m["welcome"]["hex"]
     typ, p = sc.parse_msg(bytes.fromhex(m["welcome"]["hex"]))
     assert typ == sc.MSG_WELCOME and sc.parse_welcome(p) == (f["shm_size"], f["info"].encode())
-    f = m["fill"]["fields"]
-    assert sc.encode_fill(f["slot"], f["seq"], f["tag"], f["refs"]).hex() == m["fill"]["hex"]
+    f = m["plan"]["fields"]
+    assert sc.encode_plan(f["runs"]).hex() == m["plan"]["hex"]
     f = m["error"]["fields"]
     assert sc.encode_error(f["code"], f["text"]).hex() == m["error"]["hex"]
     typ, p = sc.parse_msg(bytes.fromhex(m["error"]["hex"]))
@@ -162,7 +164,7 @@ def test_protocol_golden():
         assert hdr[:192].hex() == lay["header_hex"] and hdr[192:] == bytes(len(hdr) - 192), name
         assert sc.parse_header(hdr, L.total_size).columns == L.columns
         sh = lay["slot_header"]
-        b = sc._SLOT_HEADER.pack(sh["seq"], sh["rows"], sh["state"], sh["tag"]) + bytes(40)
+        b = sc._SLOT_HEADER.pack(sh["seq"], sh["rows"], sh["state"]) + bytes(48)
         assert b.hex() == lay["slot_header_hex"], name
 
 
@@ -217,10 +219,11 @@ def test_same_batches_as_direct_loader(make_shards, daemon, mode, world):
 
 
 def test_zero_copy_views_of_the_ring(make_shards, daemon):
-    data = make_shards(2, 40, seq_len=16)
+    data = make_shards(2, 80, seq_len=16)
     d = daemon(data)
     loader = ServeLoader(d.sock, 4, rank=1, world_size=2, slots=3)
     conn = loader.connection
+    assert len(loader) > 6
     ptrs = set()
     for i, batch in enumerate(loader):
         for k, t in batch.items():
@@ -353,10 +356,11 @@ def test_client_sigkill_frees_its_ring(make_shards, daemon):
 
 
 def test_daemon_sigkill_raises_at_once(make_shards, daemon):
-    data = make_shards(2, 40, seq_len=16)
+    data = make_shards(2, 400, seq_len=16)
     d = daemon(data)
     shm_before = dev_shm()
-    loader = ServeLoader(d.sock, 4, rank=0, world_size=2, timeout=600)
+    loader = ServeLoader(d.sock, 4, rank=0, world_size=2, timeout=600, slots=2)
+    assert len(loader) > 10
     it = iter(loader)
     next(it)
     d.kill(signal.SIGKILL)
