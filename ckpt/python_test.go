@@ -1,0 +1,63 @@
+package ckpt
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pythonWithTorch returns /usr/bin/python3 when it imports torch and numpy.
+// Without them the test fails under FERRY_REQUIRE_TOOLS=1 and is skipped
+// otherwise.
+func pythonWithTorch(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	out, err := exec.Command(py, "-c", "import torch, numpy").CombinedOutput()
+	if err == nil {
+		return py
+	}
+	msg := "needs " + py + " with torch and numpy (apt-get install python3-torch python3-numpy, or scripts/setup-test-deps): " + strings.TrimSpace(string(out))
+	if os.Getenv("FERRY_REQUIRE_TOOLS") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + "; skipped (FERRY_REQUIRE_TOOLS=1 makes this a failure)")
+	return ""
+}
+
+// TestPyTorchReadsOutput reads every merged fixture with numpy (header
+// parsed with json) and compares each tensor with what PyTorch's own DCP
+// load_state_dict gives, bit for bit; the --dtype casts are compared with
+// torch's .to(dtype).
+func TestPyTorchReadsOutput(t *testing.T) {
+	py := pythonWithTorch(t)
+	type run struct {
+		dir   string
+		dtype DType
+	}
+	var runs []run
+	for _, d := range torch113Fixtures(t) {
+		runs = append(runs, run{d, ""})
+	}
+	runs = append(runs,
+		run{filepath.Join(fixtureRoot, "torch-1.13", "fsdp1-fp32-ws2"), BF16},
+		run{filepath.Join(fixtureRoot, "torch-1.13", "fsdp1-fp32-ws2"), F16},
+		run{filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4"), F32},
+		run{filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4"), F16},
+	)
+	args := []string{"testdata/check_with_torch.py"}
+	for _, r := range runs {
+		out, _ := mergeDir(t, r.dir, KeyOptions{}, PlanOptions{DType: r.dtype}, MergeOptions{})
+		d := string(r.dtype)
+		if d == "" {
+			d = "keep"
+		}
+		args = append(args, r.dir, filepath.Join(out, "model.safetensors"), d)
+	}
+	b, err := exec.Command(py, args...).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(b), "ok ") {
+		t.Fatalf("python check failed: %v\n%s", err, b)
+	}
+	t.Logf("PyTorch agrees: %s", strings.TrimSpace(string(b)))
+}
