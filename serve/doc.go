@@ -12,34 +12,41 @@
 //	client                                         daemon
 //	  connect(SOCK_SEQPACKET, path)  ───────────▶   accept
 //	  HELLO{slots, max_rows, rank, worker} ─────▶   memfd_create + ftruncate + F_ADD_SEALS,
-//	                                                 write the header page, eventfd()
-//	  ◀── WELCOME{shm_size, info JSON} + SCM_RIGHTS[memfd, eventfd]
+//	                                                 write the header page, 2 × eventfd()
+//	  ◀── WELCOME{shm_size, info JSON} + SCM_RIGHTS[memfd, ready, free]
 //	  mmap(memfd), check header + seals
-//	  FILL{slot, seq, tag, rows…} ×N ───────────▶   copy the rows into the slot,
-//	                                                 write the slot header, eventfd += 1
-//	  poll(eventfd, socket); read eventfd
-//	  use slot (tensors are views of it)
-//	  FILL{same slot, next seq…}  ──────────────▶   (sending FILL hands the slot back)
+//	  PLAN{runs…} (the batches, in order) ──────▶   for batch n = 0, 1, …:
+//	                                                   wait until a slot is free (free eventfd),
+//	                                                   copy its rows into slot n % slots,
+//	                                                   write the slot header, ready += 1
+//	  read ready (poll ready + socket)
+//	  use slot n % slots (tensors are views of it)
+//	  free += k (done with the k oldest batches) ─▶  those slots can be refilled
 //	  … close / exit / crash  ──────────────────▶   EOF: unmap, close: the ring is freed
 //
 // The client decides the order (epoch, shuffle, resume, world size, workers:
-// python/ferry/order.py); the daemon only gathers the rows it is told, in the
-// order the FILL messages arrive, and completes them in that order: the n-th
-// eventfd increment means the n-th FILL is done. Python needs no atomics: a
-// slot is written only between the client's FILL and the daemon's eventfd
-// write, and both are system calls (full barriers). Back-pressure is the ring
-// itself: a client has at most `slots` batches in flight or held.
+// python/ferry/order.py) and sends it ahead as a plan; the daemon only
+// gathers the rows it is told, in plan order, as fast as free slots allow.
+// The ring starts with every slot free; the n-th increment of the ready
+// eventfd means batch n is in slot n % slots. Python needs no atomics: a slot
+// is written only between the client's free increment and the daemon's ready
+// increment, both system calls (full barriers). Back-pressure is the ring
+// itself: at most `slots` batches are filled ahead or held. Per batch the
+// client makes about one system call (an eventfd read, skipped when several
+// batches are already signalled; free increments are grouped), the daemon
+// one copy of the rows and one eventfd write.
 //
 // Failure handling: a dead client is an EOF on its socket; the daemon unmaps
 // and closes its ring at once, and the kernel frees the memory when the last
 // mapping goes. A dead daemon is an EOF (POLLHUP) on the client's socket,
-// which the client polls together with the eventfd, so it raises at once
-// (ErrDaemonGone; Python: ferry.serve_client.DaemonGone). On SIGTERM the
-// daemon sends every client MsgError with CodeShutdown, closes, removes its
-// socket file and exits 0. Nothing is ever named in /dev/shm: a memfd lives
-// only as long as a descriptor or a mapping of it, so no crash of either side
-// leaves shared memory behind. A socket file left by a killed daemon is
-// replaced by the next one (Listen checks that nobody answers on it).
+// which the client polls together with the ready eventfd, so it raises at
+// once (ErrDaemonGone; Python: ferry.serve_client.DaemonGone); batches
+// already filled stay readable. On SIGTERM the daemon sends every client
+// MsgError with CodeShutdown, closes, removes its socket file and exits 0.
+// Nothing is ever named in /dev/shm: a memfd lives only as long as a
+// descriptor or a mapping of it, so no crash of either side leaves shared
+// memory behind. A socket file left by a killed daemon is replaced by the
+// next one (Listen checks that nobody answers on it).
 //
 // # Messages
 //
@@ -48,7 +55,7 @@
 //
 //	offset size field
 //	     0    4 magic    "FRYS" (0x53595246)
-//	     4    2 type     1 HELLO, 2 WELCOME, 3 FILL, 4 ERROR
+//	     4    2 type     1 HELLO, 2 WELCOME, 3 PLAN, 4 ERROR
 //	     6    2 flags    0
 //	     8    4 length   payload bytes after the header (= datagram size − 16)
 //	    12    4 reserved 0
@@ -57,13 +64,13 @@
 //
 //	offset size field
 //	     0    4 version  1
-//	     4    4 slots    ring size, 1..1024 (batches in flight + batches held)
-//	     8    4 max_rows rows of the largest batch, 1..MaxRows (16379)
+//	     4    4 slots    ring size, 1..1024 (batches filled ahead + batches held)
+//	     8    4 max_rows rows of the largest batch, 1..65536
 //	    12    4 rank     int32, for the daemon's log (−1 unknown)
 //	    16    4 worker   int32 DataLoader worker id, for the log (−1 none)
 //	    20    4 reserved 0
 //
-// WELCOME (daemon → client; with SCM_RIGHTS [memfd, eventfd]):
+// WELCOME (daemon → client; with SCM_RIGHTS [memfd, ready eventfd, free eventfd]):
 //
 //	offset size field
 //	     0    4 version  1
@@ -74,15 +81,17 @@
 //	    24    n info     JSON: manifest.json without files[].batches and
 //	                     template_text, plus "served_ranks": [ranks mapped]
 //
-// FILL (client → daemon; 24 + 8·rows bytes): fill slot with these rows, as
-// batch seq. Sending it returns the slot to the daemon.
+// PLAN (client → daemon; 8 + 16·runs bytes, at most MaxRunsPerMsg runs):
+// the next batches, appended to the client's plan. A batch is one run, or
+// several runs when all but its last carry flag 1 (a batch may continue in
+// the next PLAN). At most MaxPlanAhead PLAN messages may wait in the daemon.
 //
 //	offset size field
-//	     0    4 slot     0..slots−1
-//	     4    4 rows     1..max_rows
-//	     8    8 seq      batch sequence number, echoed in the slot header
-//	    16    8 tag      opaque, echoed in the slot header
-//	    24  8·r refs     rows × {file uint32 (shard rank), row uint32 (row in that shard)}
+//	     0    4 runs     number of runs
+//	     4    4 reserved 0
+//	     8 16·r runs     r × {file uint32 (shard rank), row uint32 (first row in
+//	                     that shard), rows uint32 (≥ 1), flags uint32 (1 = the
+//	                     batch continues with the next run, else 0)}
 //
 // ERROR (daemon → client; the daemon closes the connection after it):
 //
@@ -91,6 +100,10 @@
 //	                     4 daemon shutting down, 5 daemon I/O error
 //	     4    4 reserved 0
 //	     8    n text     UTF-8 message for the user
+//
+// Eventfds (8-byte little-endian counters): ready, written by the daemon, +1
+// per filled batch; free, written by the client, +k when it is done with its
+// k oldest batches (a client may never free more slots than it holds).
 //
 // # Shared memory
 //
@@ -133,11 +146,10 @@
 // the rows and before the eventfd increment:
 //
 //	offset size field
-//	     0    8 seq    of the FILL that filled the slot
+//	     0    8 seq    batch number n in the plan (the slot is n % slots)
 //	     8    4 rows   rows in this batch
 //	    12    4 state  0 empty/being filled, 1 filled
-//	    16    8 tag    of the FILL
-//	    24   40 reserved
+//	    16   48 reserved
 //
 // testdata/protocol.golden.json pins these numbers and example encodings;
 // the Go tests and python/tests/test_serve.py both check their encoders
@@ -150,6 +162,7 @@
 // goroutine (Close may be called from another). The daemon bounds each ring
 // (Config.MaxClientBytes, default 4 GiB), the number of clients
 // (Config.MaxClients) and every count read from a message or header
-// (MaxSlots, MaxRows, MaxMsgSize) before using it. Slices into a ring or a
+// (MaxSlots, MaxRows, MaxMsgSize, MaxPlanAhead, every run against the
+// served shards' row counts) before using it. Slices into a ring or a
 // mapped shard are valid until the Client, Server or Dataset is closed.
 package serve
