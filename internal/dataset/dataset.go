@@ -1,0 +1,312 @@
+package dataset
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferryml/ferry/internal/storage"
+)
+
+// Errors, matched with errors.Is.
+var (
+	// ErrSyntax marks malformed JSON or an unreadable Parquet file; the
+	// rest of the input (JSON array, Parquet) or the line (JSON Lines) is lost.
+	ErrSyntax = errors.New("dataset: syntax error")
+	// ErrField marks a record whose JSON is well formed but that lacks a
+	// required field or has a field of the wrong type.
+	ErrField = errors.New("dataset: bad field")
+	// ErrUTF8 marks a string that is not valid UTF-8 (or holds an unpaired
+	// surrogate escape).
+	ErrUTF8 = errors.New("dataset: invalid UTF-8")
+	// ErrEmpty marks an input with no records at all.
+	ErrEmpty = errors.New("dataset: no records")
+	// ErrFormat marks an input that is none of the supported formats.
+	ErrFormat = errors.New("dataset: unsupported input format")
+	// ErrLimit marks an input beyond a documented limit.
+	ErrLimit = errors.New("dataset: limit exceeded")
+)
+
+// Format is an input format.
+type Format string
+
+// Formats, detected from the content (never from the file name).
+const (
+	JSONArray Format = "json"
+	JSONLines Format = "jsonl"
+	Parquet   Format = "parquet"
+)
+
+// Record is one Alpaca record. Input is "" when the key is absent.
+type Record struct {
+	Instruction, Input, Output string
+}
+
+// RecordError locates a bad record. Index is the 0-based record number
+// (JSON: element of the array or non-blank line; Parquet: row); Offset is
+// the byte offset in the decompressed input (-1 for Parquet); Line is
+// 1-based (0 for Parquet).
+type RecordError struct {
+	File   string
+	Index  int64
+	Offset int64
+	Line   int64
+	Field  string // the offending field, when there is one
+	Err    error
+}
+
+func (e *RecordError) Error() string {
+	where := fmt.Sprintf("record %d", e.Index)
+	if e.Offset >= 0 {
+		where += fmt.Sprintf(" (byte %d, line %d)", e.Offset, e.Line)
+	}
+	return fmt.Sprintf("%s: %s: %v", e.File, where, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// Options configure Read.
+type Options struct {
+	// OnBad is called for each record-level error (ErrField, ErrUTF8, and
+	// a malformed line of JSON Lines). Returning nil skips the record and
+	// goes on; returning an error stops Read with it. Nil means stop at the
+	// first bad record.
+	OnBad func(*RecordError) error
+	// MaxBytes bounds the decompressed input size (default 64 GiB).
+	MaxBytes int64
+}
+
+// Result is what Read found.
+type Result struct {
+	Records  []Record
+	Samples  []int64 // Samples[i] is the record index of Records[i] in the input
+	Skipped  int64
+	Format   Format
+	Bytes    int64 // decompressed input bytes
+	RawBytes int64 // input bytes as stored
+}
+
+// Read reads every record of loc (a path or s3:// URL): a JSON array, JSON
+// Lines (whatever the name), or Parquet with string or large_string
+// columns instruction, output and optionally input (other columns are
+// ignored), each optionally gzip- or zstd-compressed (detected from the
+// magic bytes). The whole input is held in memory while it is parsed.
+func Read(ctx context.Context, loc string, opt Options) (*Result, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 64 << 30
+	}
+	rc, size, err := storage.OpenStream(ctx, loc)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	raw, err := readAll(rc, size, opt.MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", loc, err)
+	}
+	return Parse(loc, raw, opt)
+}
+
+func readAll(r io.Reader, size, limit int64) ([]byte, error) {
+	if size > limit {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrLimit, size, limit)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(size, 0)+512))
+	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrLimit, limit)
+	}
+	return buf.Bytes(), nil
+}
+
+// Parse is Read for an input already in memory; name is used in errors.
+func Parse(name string, raw []byte, opt Options) (*Result, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 64 << 30
+	}
+	data, err := decompress(raw, opt.MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	res := &Result{Bytes: int64(len(data)), RawBytes: int64(len(raw))}
+	onBad := opt.OnBad
+	if onBad == nil {
+		onBad = func(e *RecordError) error { return e }
+	}
+	bad := func(e *RecordError) error {
+		if err := onBad(e); err != nil {
+			return err
+		}
+		res.Skipped++
+		return nil
+	}
+	if len(data) >= 4 && string(data[:4]) == "PAR1" {
+		res.Format = Parquet
+		err = parseParquet(name, data, res, bad)
+	} else {
+		err = parseJSON(name, data, res, bad)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Records) == 0 && res.Skipped == 0 {
+		return nil, fmt.Errorf("%w: %s has no records", ErrEmpty, name)
+	}
+	return res, nil
+}
+
+func decompress(raw []byte, limit int64) ([]byte, error) {
+	switch {
+	case len(raw) >= 2 && raw[0] == 0x1f && raw[1] == 0x8b:
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		defer zr.Close()
+		out, err := readAll(zr, int64(len(raw))*4, limit)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		return out, nil
+	case len(raw) >= 4 && raw[0] == 0x28 && raw[1] == 0xb5 && raw[2] == 0x2f && raw[3] == 0xfd:
+		zr, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderMaxMemory(uint64(min(limit, 1<<40))), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		defer zr.Close()
+		out, err := readAll(zr, int64(len(raw))*4, limit)
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		return out, nil
+	}
+	return raw, nil
+}
+
+// lineAt returns the 1-based line of byte offset off.
+func lineAt(data []byte, off int) int64 {
+	off = min(max(off, 0), len(data))
+	return int64(bytes.Count(data[:off], []byte{'\n'})) + 1
+}
+
+func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) error) error {
+	s := &jsonScanner{data: data}
+	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+		s.pos = 3
+	}
+	s.ws()
+	syntax := func(idx int64, err error) error {
+		var se *syntaxError
+		off := s.pos
+		msg := err.Error()
+		if errors.As(err, &se) {
+			off, msg = se.off, se.msg
+		}
+		return &RecordError{File: name, Index: idx, Offset: int64(off), Line: lineAt(data, off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
+	}
+	if s.pos >= len(data) {
+		return fmt.Errorf("%w: %s is empty", ErrEmpty, name)
+	}
+	var idx int64
+	add := func(start int, rec Record, fe *fieldError) error {
+		if fe != nil {
+			return bad(&RecordError{File: name, Index: idx, Offset: int64(start), Line: lineAt(data, start), Field: fe.field, Err: fe})
+		}
+		res.Records = append(res.Records, rec)
+		res.Samples = append(res.Samples, idx)
+		return nil
+	}
+	switch data[s.pos] {
+	case '[':
+		res.Format = JSONArray
+		s.pos++
+		s.ws()
+		if s.pos < len(data) && data[s.pos] == ']' {
+			s.pos++
+		} else {
+			for {
+				s.ws()
+				start := s.pos
+				var rec Record
+				fe, err := s.object(&rec)
+				if err != nil {
+					return syntax(idx, err)
+				}
+				if err := add(start, rec, fe); err != nil {
+					return err
+				}
+				idx++
+				s.ws()
+				if s.pos >= len(data) {
+					return syntax(idx, s.errf(s.pos, "unexpected end of input, want ',' or ']' (is the array cut short?)"))
+				}
+				if data[s.pos] == ']' {
+					s.pos++
+					break
+				}
+				if data[s.pos] != ',' {
+					return syntax(idx, s.errf(s.pos, "found %s after a record, want ',' or ']'", s.found()))
+				}
+				s.pos++
+				s.ws()
+				if s.pos < len(data) && data[s.pos] == ']' {
+					return syntax(idx, s.errf(s.pos, "trailing comma before ']'"))
+				}
+			}
+		}
+		s.ws()
+		if s.pos < len(data) {
+			return syntax(idx, s.errf(s.pos, "found %s after the closing ']'", s.found()))
+		}
+		return nil
+	case '{':
+		res.Format = JSONLines
+		for s.pos < len(data) {
+			start := s.pos
+			var rec Record
+			fe, err := s.object(&rec)
+			if err == nil {
+				// the rest of the line must be blank
+				for s.pos < len(data) && data[s.pos] != '\n' {
+					if c := data[s.pos]; c != ' ' && c != '\t' && c != '\r' {
+						err = s.errf(s.pos, "found %s after the record on its line (JSON Lines holds one object per line)", s.found())
+						break
+					}
+					s.pos++
+				}
+			}
+			if err != nil {
+				e := syntax(idx, err)
+				if err := bad(e.(*RecordError)); err != nil {
+					return err
+				}
+				// resynchronize at the next line
+				if nl := bytes.IndexByte(data[start:], '\n'); nl >= 0 && start+nl+1 > s.pos {
+					s.pos = start + nl + 1
+				} else if nl := bytes.IndexByte(data[s.pos:], '\n'); nl >= 0 {
+					s.pos += nl + 1
+				} else {
+					s.pos = len(data)
+				}
+				idx++
+				s.ws()
+				continue
+			}
+			if err := add(start, rec, fe); err != nil {
+				return err
+			}
+			idx++
+			s.ws()
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %s starts with %s: want a JSON array ('['), JSON Lines ('{') or Parquet", ErrFormat, name, s.found())
+}
