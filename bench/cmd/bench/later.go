@@ -15,16 +15,16 @@ import (
 // pattern). The scripts measure all contestants in one process, repeat
 // inside, and print every figure in their bench line.
 func feedJobs(e *env) ([]harness.Job, []string) {
-	maxRuns := 2
+	maxRuns, args := 2, []string{"--rows-per-rank", "1024", "--repeat", "2"}
 	if e.c.mode == "full" {
-		maxRuns = 3
+		maxRuns, args = 3, []string{"--rows-per-rank", "4096", "--repeat", "3"}
 	}
 	const anchorKey = "results.anchor_dataloader_distsampler."
 	direct := harness.Job{
 		Name: "feed direct per batch", Group: "feed",
 		Metric: harness.Metric{Name: "cpu_us_per_batch", Unit: "µs"},
 		Ferry: harness.Side{Label: "ferry.Loader (mapped shard, zero-copy views)", Metric: "results.ferry_loader.cpu_us_per_batch",
-			Cmd: harness.Command{Argv: []string{e.c.python, "python/bench_feed.py"}, Stdout: e.outPath("feed-direct", "py")}},
+			Cmd: harness.Command{Argv: append([]string{e.c.python, "python/bench_feed.py"}, args...), Stdout: e.outPath("feed-direct", "py")}},
 		Anchor: harness.Side{Label: "DataLoader + DistributedSampler over dict rows (batch 4 × 1024)", SameRun: true,
 			Metric: anchorKey + "cpu_us_per_batch"},
 		Extra: []harness.ExtraMetric{
@@ -65,10 +65,10 @@ func feedJobs(e *env) ([]harness.Job, []string) {
 	case why != "":
 		daemon.Unavailable = why
 	default:
-		daemon.Ferry.Cmd = harness.Command{Argv: []string{e.c.python, "python/bench_serve.py", "--serve-bin", serve},
+		daemon.Ferry.Cmd = harness.Command{Argv: append([]string{e.c.python, "python/bench_serve.py", "--serve-bin", serve}, args...),
 			Stdout: e.outPath("feed-daemon", "py")}
 	}
-	return []harness.Job{direct, daemon}, []string{"feed: synthetic shards made by python/bench_feed.py (2 ranks × 2,048 rows × 1,024 tokens), rank 0, batch 4 × 1024"}
+	return []harness.Job{direct, daemon}, []string{fmt.Sprintf("feed: synthetic shards made by the scripts (2 ranks × %s rows × 1,024 tokens), rank 0, batch 4 × 1024", args[1])}
 }
 
 func exists(path string) bool {
