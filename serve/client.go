@@ -166,6 +166,12 @@ func (c *Client) Plan(runs []Run) error {
 	}
 	c.msg = AppendPlan(c.msg[:0], runs)
 	if _, err := c.conn.Write(c.msg); err != nil {
+		// The daemon shut the connection down: its MsgError, if any, is
+		// waiting to be read by the watcher.
+		select {
+		case <-c.done:
+		case <-time.After(time.Second):
+		}
 		if e := c.Err(); e != nil {
 			return e
 		}

@@ -415,12 +415,12 @@ func TestRequestErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := dial(t, ts.sock, 2, 2)
-			if err := tt.send(c); err != nil {
-				t.Fatal(err)
-			}
-			var err error
+			err := tt.send(c)
 			for err == nil {
 				_, _, err = c.Wait()
+			}
+			if _, _, err2 := c.Wait(); err2.Error() != err.Error() {
+				t.Errorf("second Wait: %v", err2)
 			}
 			want := fmt.Sprintf("code %d", tt.wantCode)
 			if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tt.wantMsg) {

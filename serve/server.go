@@ -178,20 +178,24 @@ type session struct {
 	once sync.Once
 }
 
-// abort sends a final MsgError (best effort) and closes the connection,
-// which ends run.
+// abort sends a final MsgError (best effort) and shuts the connection down
+// both ways, which ends the session's reads; run closes it. Shutting down
+// instead of closing at once matters: a Unix socket closed with unread
+// messages resets the peer, which would then lose the MsgError.
 func (ss *session) abort(code uint32, text string) {
 	ss.once.Do(func() {
 		ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		ss.conn.Write(AppendError(nil, code, text))
-		ss.conn.Close()
+		ss.conn.CloseWrite()
+		ss.conn.CloseRead()
 	})
 }
 
 func (ss *session) run() {
 	s := ss.srv
 	defer func() {
-		ss.once.Do(func() { ss.conn.Close() })
+		ss.drain()
+		ss.conn.Close()
 		s.mu.Lock()
 		delete(s.sessions, ss)
 		s.mu.Unlock()
@@ -201,6 +205,18 @@ func (ss *session) run() {
 		s.cfg.Logf("client %d: %v", ss.id, err)
 	} else {
 		s.cfg.Logf("client %d: disconnected, ring freed", ss.id)
+	}
+}
+
+// drain reads what the client sent and nobody read, so that closing does
+// not reset the connection (see abort).
+func (ss *session) drain() {
+	ss.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	buf := make([]byte, MaxMsgSize+1)
+	for {
+		if n, err := ss.conn.Read(buf); err != nil || n == 0 {
+			return
+		}
 	}
 }
 

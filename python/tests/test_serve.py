@@ -218,6 +218,21 @@ def test_same_batches_as_direct_loader(make_shards, daemon, mode, world):
         served.close()
 
 
+def test_held_batch_is_not_overwritten(make_shards, daemon):
+    """The batch in hand stays intact while the daemon fills ahead, up to the
+    next request, with the smallest ring."""
+    data = make_shards(2, 200, seq_len=32)
+    d = daemon(data)
+    direct = ferry.Loader(data, 4, rank=0, world_size=2)
+    served = ServeLoader(d.sock, 4, rank=0, world_size=2, slots=2)
+    n = 0
+    for a, b in zip(direct, served):
+        time.sleep(0.002)  # give the daemon every chance to run ahead
+        same_batches(a, b, f"batch {n}")
+        n += 1
+    assert n == len(direct) > 10
+
+
 def test_zero_copy_views_of_the_ring(make_shards, daemon):
     data = make_shards(2, 80, seq_len=16)
     d = daemon(data)
