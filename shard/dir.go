@@ -41,6 +41,11 @@ type DirConfig struct {
 	// StageDir holds shards on local disk before upload when the output is
 	// s3://; default os.TempDir().
 	StageDir string
+	// Input names the source data in the manifest (informational).
+	Input string
+	// BeforeManifest, when set, may amend the manifest (stats) just before
+	// it is written.
+	BeforeManifest func(*Manifest)
 	// Progress, when set, is called (from several goroutines) with the
 	// number of rows just written.
 	Progress func(rows int)
@@ -99,7 +104,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 		RowsPerRank: rowsPerRank, UniqueRows: unique, TotalRows: rowsPerRank * cfg.Ranks,
 		DropLast: cfg.DropLast, Seed: cfg.Seed, BatchRows: cfg.BatchRows,
 		Template: cfg.Template, TemplateText: cfg.TemplateText, Tokenizer: cfg.Tokenizer,
-		Files: make([]FileEntry, cfg.Ranks), Stats: cfg.Stats,
+		Input: cfg.Input, Files: make([]FileEntry, cfg.Ranks), Stats: cfg.Stats,
 	}
 	var tokens atomic.Int64 // non-pad tokens over the distinct rows written
 	layout := Layout{SeqLen: cfg.SeqLen, Mode: cfg.Mode}
@@ -149,6 +154,9 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 		m.Stats.RowsDropped = int64(unique - m.TotalRows)
 	} else {
 		m.Stats.RowsRepeated = int64(m.TotalRows - unique)
+	}
+	if cfg.BeforeManifest != nil {
+		cfg.BeforeManifest(m)
 	}
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("shard: internal error: %w", err)

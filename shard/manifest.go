@@ -33,6 +33,7 @@ type Manifest struct {
 	Template     string        `json:"template"`
 	TemplateText string        `json:"template_text"`
 	Tokenizer    TokenizerInfo `json:"tokenizer"`
+	Input        string        `json:"input,omitempty"`
 	Files        []FileEntry   `json:"files"`
 	Stats        Stats         `json:"stats"`
 }
@@ -49,6 +50,9 @@ type TokenizerInfo struct {
 	BOS    *string `json:"bos"`
 	AddBOS bool    `json:"add_bos"`
 	AddEOS bool    `json:"add_eos"`
+	// Path is where the tokenizer was loaded from (informational; inspect
+	// uses it to decode rows when its SHA-256 still matches).
+	Path string `json:"path,omitempty"`
 }
 
 // FileEntry describes one shard file.

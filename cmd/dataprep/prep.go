@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/shard"
+	"github.com/ferryml/ferry/tokenize"
+)
+
+const prepUsage = `usage: dataprep --input FILE --tokenizer PATH --out DIR [flags]
+       dataprep inspect DIR [--rank R --row N]
+       dataprep tokenize --tokenizer PATH [IN.jsonl]   (see dataprep tokenize --help)
+
+Tokenizes an Alpaca-style dataset (JSON array, JSON Lines or Parquet, optionally
+gzip/zstd, local or s3://) once, with the same ids as Hugging Face tokenizers,
+and writes one fixed-length Arrow shard per training rank plus manifest.json
+(written last: a directory without it is not a result).
+
+Examples:
+  # seed parity: what tokenizer(text, truncation=True, max_length=1024,
+  # padding="max_length") and labels = input_ids give, for 16 ranks
+  dataprep --input alpaca_data.json --tokenizer models/Qwen2.5-3B \
+      --eos '<|endoftext|>' --labels copy --ranks 16 --out shards/
+  # packed rows, loss on the response only, straight to S3
+  dataprep --input s3://data/alpaca.parquet --tokenizer models/Llama-3.1-8B \
+      --eos '<|end_of_text|>' --mode pack --labels mask-prompt --ranks 16 --out s3://bucket/shards/
+  dataprep inspect shards/ --rank 3 --row 0
+
+Flags:
+`
+
+// prepConfig is the configuration of one dataprep run.
+type prepConfig struct {
+	input, tokenizer, out string
+	templateFile          string
+	eos, pad              string
+	eosSet, padSet        bool
+	noSpecial             bool
+	seqLen, ranks         int
+	mode                  shard.Mode
+	labels                shard.Labels
+	splitLong             bool
+	seed                  uint64
+	dropLast              bool
+	workers               int
+	batchRows             int
+	onBad                 string
+	force                 bool
+	quiet, jsonOut        bool
+	progressEvery         time.Duration
+}
+
+func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
+	c := &prepConfig{}
+	fs := flag.NewFlagSet("dataprep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, prepUsage)
+		fs.PrintDefaults()
+	}
+	var mode, labels string
+	fs.StringVar(&c.input, "input", "", "input `file`: path or s3://bucket/key (required)")
+	fs.StringVar(&c.tokenizer, "tokenizer", "", "tokenizer.json, tokenizer.json.zst or a model `directory` (required)")
+	fs.StringVar(&c.out, "out", "", "output `directory` or s3:// prefix (required)")
+	fs.IntVar(&c.seqLen, "seq-len", 1024, "tokens per row (HF max_length)")
+	fs.IntVar(&c.ranks, "ranks", 1, "number of shards = training world size")
+	fs.StringVar(&mode, "mode", "pad", "pad: one example per row (the seeds' padding=\"max_length\"); pack: whole examples packed into rows")
+	fs.StringVar(&labels, "labels", "mask-pad", "mask-pad: -100 on padding; copy: labels = input_ids, pads included (seed parity); mask-prompt: -100 on padding and prompt")
+	fs.BoolVar(&c.splitLong, "split-long", false, "pack mode: split an example longer than --seq-len into several instead of truncating it")
+	fs.Uint64Var(&c.seed, "seed", 0, "shuffle seed")
+	fs.BoolVar(&c.dropLast, "drop-last", false, "drop the tail rows so every rank has floor(rows/ranks) rows (default: wrap around like DistributedSampler)")
+	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "parallel workers (the output is identical for any value)")
+	fs.StringVar(&c.templateFile, "template", "", "template `file` ({instruction} {input} {output} {eos} {bos}, {?input}...{/input}); default: the seeds' Alpaca prompt")
+	fs.StringVar(&c.eos, "eos", "", "EOS `token` appended by the template (default: the tokenizer's eos_token)")
+	fs.StringVar(&c.pad, "pad", "", "padding `token` (default: the tokenizer's pad_token, else the EOS token, as the seeds set pad_token = eos_token)")
+	fs.BoolVar(&c.noSpecial, "no-special", false, "add_special_tokens=false: no BOS/EOS from the tokenizer's post-processor")
+	fs.IntVar(&c.batchRows, "batch-rows", shard.DefaultBatchRows, "rows per Arrow record batch")
+	fs.StringVar(&c.onBad, "on-bad-record", "error", "error: stop at the first bad record; skip: skip and count it")
+	fs.BoolVar(&c.force, "force", false, "replace an existing result in --out")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress and no summary on stderr")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the summary as one JSON object on stdout")
+	fs.DurationVar(&c.progressEvery, "progress-every", 5*time.Second, "interval of the progress lines when stderr is not a terminal")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	bad := func(format string, a ...any) (*prepConfig, error) {
+		fmt.Fprintf(stderr, "dataprep: "+format+"\n", a...)
+		fmt.Fprintln(stderr, "run dataprep --help for usage")
+		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+	}
+	c.eosSet, c.padSet = flagSet(fs, "eos"), flagSet(fs, "pad")
+	var err error
+	if c.mode, err = shard.ParseMode(mode); err != nil {
+		return bad("--mode %q: want pad or pack", mode)
+	}
+	if c.labels, err = shard.ParseLabels(labels); err != nil {
+		return bad("--labels %q: want mask-pad, copy or mask-prompt", labels)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q", fs.Arg(0))
+	case c.input == "":
+		return bad("--input is required")
+	case c.tokenizer == "":
+		return bad("--tokenizer is required")
+	case c.out == "":
+		return bad("--out is required")
+	case c.seqLen < 1 || c.seqLen > shard.MaxSeqLen:
+		return bad("--seq-len %d: want 1..%d", c.seqLen, shard.MaxSeqLen)
+	case c.ranks < 1 || c.ranks > shard.MaxRanks:
+		return bad("--ranks %d: want 1..%d", c.ranks, shard.MaxRanks)
+	case c.splitLong && c.mode != shard.ModePack:
+		return bad("--split-long needs --mode pack")
+	case c.workers < 1:
+		return bad("--workers %d: want >= 1", c.workers)
+	case c.batchRows < 1 || c.batchRows > 1<<20:
+		return bad("--batch-rows %d: want 1..%d", c.batchRows, 1<<20)
+	case c.onBad != "error" && c.onBad != "skip":
+		return bad("--on-bad-record %q: want error or skip", c.onBad)
+	}
+	return c, nil
+}
+
+// summary is the final report (--json prints it as is).
+type summary struct {
+	Out              string  `json:"out"`
+	Input            string  `json:"input"`
+	Format           string  `json:"format"`
+	Mode             string  `json:"mode"`
+	Labels           string  `json:"labels"`
+	SeqLen           int     `json:"seq_len"`
+	Ranks            int     `json:"ranks"`
+	RowsPerRank      int     `json:"rows_per_rank"`
+	UniqueRows       int     `json:"unique_rows"`
+	TotalRows        int     `json:"total_rows"`
+	RecordsRead      int64   `json:"records_read"`
+	RecordsSkipped   int64   `json:"records_skipped"`
+	RecordsTruncated int64   `json:"records_truncated"`
+	RecordsSplit     int64   `json:"records_split"`
+	Tokens           int64   `json:"tokens"`
+	PadTokens        int64   `json:"pad_tokens"`
+	Efficiency       float64 `json:"efficiency"`
+	InputBytes       int64   `json:"input_bytes"`
+	OutputBytes      int64   `json:"output_bytes"`
+	Seconds          float64 `json:"seconds"`
+	MBPerSec         float64 `json:"mb_per_s"`
+	Workers          int     `json:"workers"`
+}
+
+func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parsePrepFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	prog := newProgress(stderr, c.quiet, c.progressEvery)
+	defer prog.stop()
+
+	// Read the input and load the tokenizer at the same time.
+	var (
+		res *dataset.Result
+		tok *tokenize.Tokenizer
+	)
+	var badCount atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		prog.phase("read", 0)
+		opt := dataset.Options{}
+		if c.onBad == "skip" {
+			opt.OnBad = func(e *dataset.RecordError) error {
+				if badCount.Add(1) <= 5 {
+					prog.logf("skipped: %v", e)
+				}
+				return nil
+			}
+		}
+		var err error
+		res, err = dataset.Read(gctx, c.input, opt)
+		return err
+	})
+	g.Go(func() error {
+		var err error
+		tok, err = tokenize.Load(c.tokenizer)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if n := badCount.Load(); n > 5 {
+		prog.logf("skipped %d bad records in all (first 5 shown)", n)
+	}
+	tmpl := dataset.Alpaca()
+	if c.templateFile != "" {
+		b, err := os.ReadFile(c.templateFile)
+		if err != nil {
+			return fmt.Errorf("template: %w", err)
+		}
+		if tmpl, err = dataset.ParseTemplate(string(b)); err != nil {
+			return fmt.Errorf("%s: %w", c.templateFile, err)
+		}
+	}
+	sp, err := resolveSpecials(tok, c)
+	if err != nil {
+		return err
+	}
+	enc := newEncoder(tok, tmpl, sp, c)
+	if err := enc.checkTemplate(); err != nil {
+		return err
+	}
+	if len(res.Records) == 0 {
+		return fmt.Errorf("%s: no usable records (%d skipped)", c.input, res.Skipped)
+	}
+
+	prog.phase("tokenize", int64(len(res.Records)))
+	exs, st, err := enc.encodeAll(ctx, res, c.workers, prog)
+	if err != nil {
+		return err
+	}
+	layout := shard.Layout{SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, PadID: sp.padID}
+	src, err := shard.NewExampleSource(layout, exs)
+	if err != nil {
+		return err
+	}
+	if src.NumRows() < c.ranks {
+		return fmt.Errorf("%d rows for %d ranks: every rank needs at least one row (use fewer --ranks or more data): %w",
+			src.NumRows(), c.ranks, shard.ErrTooFewRows)
+	}
+	stats := shard.Stats{
+		RecordsRead:      int64(len(res.Records)) + res.Skipped,
+		RecordsSkipped:   res.Skipped,
+		RecordsTruncated: st.truncated,
+		RecordsSplit:     st.split,
+		InputBytes:       res.RawBytes,
+	}
+	total := int64(c.ranks) * int64((src.NumRows()+c.ranks-1)/c.ranks)
+	prog.phase("write", total)
+	absTok := c.tokenizer
+	if a, err := filepath.Abs(c.tokenizer); err == nil {
+		absTok = a
+	}
+	m, err := shard.WriteDir(ctx, c.out, shard.DirConfig{
+		SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, Ranks: c.ranks, Seed: c.seed, DropLast: c.dropLast,
+		BatchRows: c.batchRows, Workers: c.workers, Force: c.force,
+		Template: tmpl.Name, TemplateText: tmpl.Text,
+		Tokenizer: shard.TokenizerInfo{
+			SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
+			EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, AddBOS: sp.addBOS, AddEOS: sp.addEOS, Path: absTok,
+		},
+		CreatedBy: "ferry dataprep (" + runtime.Version() + ")",
+		Input:     c.input,
+		Stats:     stats,
+		Progress:  func(n int) { prog.add(int64(n)) },
+		BeforeManifest: func(m *shard.Manifest) {
+			m.Stats.Seconds = time.Since(t0).Seconds()
+		},
+	}, src)
+	if err != nil {
+		return err
+	}
+	prog.stop()
+	var outBytes int64
+	for _, f := range m.Files {
+		outBytes += f.Bytes
+	}
+	secs := time.Since(t0).Seconds()
+	s := summary{
+		Out: c.out, Input: c.input, Format: string(res.Format), Mode: string(m.Mode), Labels: string(m.Labels),
+		SeqLen: m.SeqLen, Ranks: m.Ranks, RowsPerRank: m.RowsPerRank, UniqueRows: m.UniqueRows, TotalRows: m.TotalRows,
+		RecordsRead: m.Stats.RecordsRead, RecordsSkipped: m.Stats.RecordsSkipped, RecordsTruncated: m.Stats.RecordsTruncated,
+		RecordsSplit: m.Stats.RecordsSplit, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
+		InputBytes: res.RawBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(res.Bytes) / 1e6 / secs, Workers: c.workers,
+	}
+	if c.jsonOut {
+		b, _ := json.Marshal(s)
+		fmt.Fprintf(stdout, "%s\n", b)
+	}
+	if !c.quiet {
+		printSummary(stderr, &s, m)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, s *summary, m *shard.Manifest) {
+	effName := "padding efficiency"
+	if s.Mode == string(shard.ModePack) {
+		effName = "packing efficiency"
+	}
+	fmt.Fprintf(w, "dataprep: %s -> %s\n", s.Input, s.Out)
+	fmt.Fprintf(w, "  records   %d read, %d skipped, %d truncated", s.RecordsRead, s.RecordsSkipped, s.RecordsTruncated)
+	if s.RecordsSplit > 0 {
+		fmt.Fprintf(w, ", %d split", s.RecordsSplit)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  tokens    %d (+%d pad), %s %.1f%%\n", s.Tokens, s.PadTokens, effName, 100*s.Efficiency)
+	extra := ""
+	if m.Stats.RowsRepeated > 0 {
+		extra = fmt.Sprintf(", %d repeated to even out ranks", m.Stats.RowsRepeated)
+	}
+	if m.Stats.RowsDropped > 0 {
+		extra = fmt.Sprintf(", %d dropped (--drop-last)", m.Stats.RowsDropped)
+	}
+	fmt.Fprintf(w, "  rows      %d unique, %d ranks × %d rows of %d tokens (%s, labels %s)%s\n",
+		s.UniqueRows, s.Ranks, s.RowsPerRank, s.SeqLen, s.Mode, s.Labels, extra)
+	fmt.Fprintf(w, "  output    %d files, %.1f MB\n", s.Ranks, float64(s.OutputBytes)/1e6)
+	fmt.Fprintf(w, "  time      %.2f s, %.1f MB/s of input, %d workers\n", s.Seconds, s.MBPerSec, s.Workers)
+}
+
+// specials are the resolved special tokens of a run.
+type specials struct {
+	eos, pad       string
+	eosID, padID   int32
+	bos            *string
+	bosID          *int32
+	bosText        string // the text {bos} stands for in a template
+	prefix, suffix []int32
+	addBOS, addEOS bool
+}
+
+func resolveSpecials(tok *tokenize.Tokenizer, c *prepConfig) (*specials, error) {
+	sp := &specials{}
+	ts := tok.Special()
+	sp.eos = c.eos
+	if !c.eosSet {
+		sp.eos = ts.EOS
+		if sp.eos == "" {
+			return nil, fmt.Errorf("%w: the tokenizer has no eos_token; give --eos", errUsage)
+		}
+	}
+	if sp.eos != "" {
+		id, ok := tok.TokenID(sp.eos)
+		if !ok {
+			return nil, fmt.Errorf("%w: --eos %q is not a token of %s", errUsage, sp.eos, c.tokenizer)
+		}
+		sp.eosID = id
+	} else {
+		sp.eosID = -1
+	}
+	sp.pad = c.pad
+	if !c.padSet {
+		sp.pad = ts.Pad
+		if sp.pad == "" {
+			sp.pad = sp.eos
+		}
+	}
+	if sp.pad == "" {
+		return nil, fmt.Errorf("%w: no padding token: give --pad (or --eos)", errUsage)
+	}
+	id, ok := tok.TokenID(sp.pad)
+	if !ok {
+		return nil, fmt.Errorf("%w: --pad %q is not a token of %s", errUsage, sp.pad, c.tokenizer)
+	}
+	sp.padID = id
+	if ts.BOS != "" {
+		b := ts.BOS
+		sp.bos, sp.bosText = &b, b
+		if id, ok := tok.TokenID(b); ok {
+			sp.bosID = &id
+		}
+	}
+	if !c.noSpecial {
+		// What the post-processor adds around a text: encode a probe with and
+		// without special tokens and find the plain ids inside.
+		plain := tok.Encode("a", false)
+		with := tok.Encode("a", true)
+		at := -1
+		for i := 0; i+len(plain) <= len(with); i++ {
+			if slices.Equal(with[i:i+len(plain)], plain) {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			return nil, fmt.Errorf("tokenizer %s: cannot tell which special tokens its post-processor adds", c.tokenizer)
+		}
+		sp.prefix = slices.Clone(with[:at])
+		sp.suffix = slices.Clone(with[at+len(plain):])
+		sp.addBOS, sp.addEOS = len(sp.prefix) > 0, len(sp.suffix) > 0
+	}
+	return sp, nil
+}
+
