@@ -395,4 +395,3 @@ func resolveSpecials(tok *tokenize.Tokenizer, c *prepConfig) (*specials, error) 
 	}
 	return sp, nil
 }
-
