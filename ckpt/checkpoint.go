@@ -287,7 +287,8 @@ func (c *Checkpoint) decodeTransforms(f File, loc *Location, tempDir string, mu 
 	if err != nil {
 		return nil, fmt.Errorf("%w: zstd stream: %v", ErrCorrupt, err)
 	}
-	return &osFile{File: tmp, size: n}, nil
+	name := tmp.Name()
+	return &osFile{File: tmp, size: n, reopen: func() (*os.File, error) { return os.Open(name) }}, nil
 }
 
 // chunkFromST locates a chunk inside a safetensors blob (DCP's SAFETENSORS

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"runtime"
 	"sort"
@@ -50,6 +51,9 @@ type MergeOptions struct {
 	// ConfigFrom, when set, is a directory whose ConfigFiles are copied
 	// into the output (before the index is written).
 	ConfigFrom Source
+	// NoKernelCopy disables the local fast path (in-kernel
+	// copy_file_range of contiguous chunk ranges into a local output).
+	NoKernelCopy bool
 	// OnProgress, when set, is called with the number of bytes just
 	// written; it must be safe for concurrent use.
 	OnProgress func(n int64)
@@ -455,7 +459,163 @@ func gatherChunk(it *Item, ci int) ([]byte, error) {
 type copyJob struct {
 	bx   box
 	buf  []byte
+	n    int64 // bytes produced
 	done chan error
+}
+
+// kernelCopier copies byte ranges between local files inside the kernel
+// (copy_file_range through os.File.ReadFrom), with descriptors of its own
+// so that file offsets are not shared between workers.
+type kernelCopier struct {
+	dstPath string
+	dst     *os.File
+	srcs    map[*osFile]*os.File
+	failed  bool
+}
+
+func (k *kernelCopier) close() {
+	if k.dst != nil {
+		k.dst.Close()
+	}
+	for _, f := range k.srcs {
+		f.Close()
+	}
+}
+
+// copy copies n bytes from src at srcOff to the output at dstOff; ok is
+// false when this path cannot be used (the caller falls back to buffers).
+func (k *kernelCopier) copy(src *osFile, srcOff int64, dstOff, n int64) (ok bool, err error) {
+	if k.failed || src.reopen == nil {
+		return false, nil
+	}
+	if k.dst == nil {
+		if k.dst, err = os.OpenFile(k.dstPath, os.O_WRONLY, 0); err != nil {
+			k.failed = true
+			return false, nil
+		}
+	}
+	sf := k.srcs[src]
+	if sf == nil {
+		if sf, err = src.reopen(); err != nil {
+			k.failed = true
+			return false, nil
+		}
+		if k.srcs == nil {
+			k.srcs = map[*osFile]*os.File{}
+		}
+		k.srcs[src] = sf
+	}
+	if _, err := sf.Seek(srcOff, io.SeekStart); err != nil {
+		return true, err
+	}
+	if _, err := k.dst.Seek(dstOff, io.SeekStart); err != nil {
+		return true, err
+	}
+	m, err := k.dst.ReadFrom(io.LimitReader(sf, n))
+	if err == nil && m != n {
+		err = fmt.Errorf("copied %d of %d bytes: %w", m, n, io.ErrUnexpectedEOF)
+	}
+	return true, err
+}
+
+// tryKernelCopy copies a box with kernelCopier when every piece of it is a
+// contiguous range of a local row-major chunk and no cast is needed.
+func tryKernelCopy(bx box, kc *kernelCopier) (bool, error) {
+	t := bx.t
+	if kc == nil || t.DType != t.Item.DType {
+		return false, nil
+	}
+	type piece struct {
+		src          *osFile
+		srcOff, dstO int64
+		n            int64
+	}
+	var pieces []piece
+	isz := int64(t.DType.Size())
+	var covered int64
+	err := forPieces(bx, func(ch *Chunk, start, count, dstElem int64, full bool) error {
+		of, ok := ch.data.f.(*osFile)
+		if !ok || !full || !ch.data.rowMaj {
+			return errNoFastPath
+		}
+		pieces = append(pieces, piece{of, ch.data.start() + start*isz, bx.off + dstElem*isz, count * isz})
+		covered += count
+		return nil
+	})
+	if err == errNoFastPath || covered != bx.n {
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	for _, p := range pieces {
+		ok, err := kc.copy(p.src, p.srcOff, p.dstO, p.n)
+		if !ok {
+			if len(pieces) > 0 && p != pieces[0] {
+				// a later piece cannot take the fast path: redo the box with buffers
+				return false, nil
+			}
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+var errNoFastPath = errors.New("no fast path")
+
+// forPieces calls fn for every chunk piece intersecting bx: the chunk, the
+// chunk-local row-major start element and element count of the piece, the
+// destination element offset within the box (meaningful when full), and
+// whether the piece is contiguous in the box (full trailing dimensions).
+func forPieces(bx box, fn func(ch *Chunk, start, count, dstElem int64, full bool) error) error {
+	it := bx.t.Item
+	k := bx.k
+	g := bx.shape
+	for ci := range it.Chunks {
+		ch := &it.Chunks[ci]
+		if ch.data == nil {
+			continue
+		}
+		off, sz := chunkGeom(ch)
+		inside := true
+		for d := 0; d < k; d++ {
+			if bx.prefix[d] < off[d] || bx.prefix[d] >= off[d]+sz[d] {
+				inside = false
+				break
+			}
+		}
+		lo, hi := max(bx.a, off[k]), min(bx.b, off[k]+sz[k])
+		if !inside || lo >= hi {
+			continue
+		}
+		var start int64
+		cstride := int64(1)
+		for d := len(sz) - 1; d >= 0; d-- {
+			var idx int64
+			switch {
+			case d < k:
+				idx = bx.prefix[d] - off[d]
+			case d == k:
+				idx = lo - off[k]
+			}
+			start += idx * cstride
+			cstride *= sz[d]
+		}
+		full := true
+		for d := k + 1; d < len(g); d++ {
+			if sz[d] != g[d] {
+				full = false
+				break
+			}
+		}
+		if err := fn(ch, start, (hi-lo)*numel(sz[k+1:]), (lo-bx.a)*bx.inner, full); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeFile writes one planned file through sink.
@@ -521,8 +681,13 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 	for w := 0; w < workers; w++ {
 		g.Go(func() error {
 			var srcBuf, scratch []byte
+			var kc *kernelCopier
+			if lo, ok := out.(*localOut); ok && !o.NoKernelCopy {
+				kc = &kernelCopier{dstPath: lo.tmp}
+				defer kc.close()
+			}
 			for j := range jobs {
-				j.done <- runJob(gctx, j, pool, &srcBuf, &scratch, wa)
+				j.done <- runJob(gctx, j, pool, &srcBuf, &scratch, wa, kc)
 			}
 			return nil
 		})
@@ -545,9 +710,9 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 					return fmt.Errorf("%s/%s: write at byte %d: %w", sink, f.Name, written, err)
 				}
 			}
-			written += int64(len(j.buf))
+			written += j.n
 			if o.OnProgress != nil {
-				o.OnProgress(int64(len(j.buf)))
+				o.OnProgress(j.n)
 			}
 			pool <- j.buf
 		}
@@ -568,7 +733,7 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 	return nil
 }
 
-func runJob(ctx context.Context, j *copyJob, pool chan []byte, srcBuf, scratch *[]byte, wa io.WriterAt) error {
+func runJob(ctx context.Context, j *copyJob, pool chan []byte, srcBuf, scratch *[]byte, wa io.WriterAt, kc *kernelCopier) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -577,6 +742,14 @@ func runJob(ctx context.Context, j *copyJob, pool chan []byte, srcBuf, scratch *
 	case buf = <-pool:
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	j.buf = buf // the pool token goes back through the writer
+	j.n = j.bx.n * int64(j.bx.t.DType.Size())
+	if done, err := tryKernelCopy(j.bx, kc); done {
+		if err != nil {
+			return fmt.Errorf("copy to byte %d: %w", j.bx.off, err)
+		}
+		return nil
 	}
 	bx := j.bx
 	t := bx.t

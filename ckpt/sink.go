@@ -95,13 +95,6 @@ func (d *dirSink) Create(_ context.Context, name string, size int64, overwrite b
 	if err != nil {
 		return nil, err
 	}
-	if size >= 0 {
-		if err := f.Truncate(size); err != nil {
-			f.Close()
-			os.Remove(tmp)
-			return nil, fmt.Errorf("%s: %w", final, err)
-		}
-	}
 	return &localOut{f: f, tmp: tmp, final: final, size: size}, nil
 }
 
@@ -131,9 +124,13 @@ func (o *localOut) Commit() error {
 		os.Remove(o.tmp)
 		return fmt.Errorf("%s: %w", o.final, err)
 	}
-	if o.size < 0 {
-		if err := o.f.Truncate(o.pos); err != nil {
+	if o.size >= 0 {
+		st, err := o.f.Stat()
+		if err != nil {
 			return fail(err)
+		}
+		if st.Size() != o.size {
+			return fail(fmt.Errorf("file is %d bytes, planned %d", st.Size(), o.size))
 		}
 	}
 	if err := o.f.Sync(); err != nil {

@@ -51,6 +51,9 @@ type dirSource struct {
 type osFile struct {
 	*os.File
 	size int64
+	// reopen opens a second descriptor of the same file (for copy workers
+	// that need their own file offset); nil when not possible.
+	reopen func() (*os.File, error)
 }
 
 func (f *osFile) Size() int64 { return f.size }
@@ -82,7 +85,15 @@ func (d *dirSource) Open(_ context.Context, name string) (File, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s/%s: %w: not a regular file", d.dir, name, ErrCorrupt)
 	}
-	return &osFile{File: f, size: st.Size()}, nil
+	dir := d.dir
+	return &osFile{File: f, size: st.Size(), reopen: func() (*os.File, error) {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer root.Close()
+		return root.Open(name)
+	}}, nil
 }
 
 func (d *dirSource) List(context.Context) ([]string, error) {

@@ -73,6 +73,7 @@ type mergeConfig struct {
 	jsonOut, quiet   bool
 	parallelism      int
 	bufferSize       int
+	noKernelCopy     bool
 	progress         bool // set from the terminal check
 }
 
@@ -96,6 +97,7 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&c.jsonOut, "json", false, "print the summary as JSON on stdout")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress and no summary line")
 	fs.IntVar(&c.parallelism, "parallelism", 0, "copy workers (default: number of CPUs, at most 8)")
+	fs.BoolVar(&c.noKernelCopy, "no-kernel-copy", false, "copy through user-space buffers even where an in-kernel copy (copy_file_range) is possible")
 	fs.IntVar(&c.bufferSize, "buffer-size", 0, "bytes per copy buffer (default 4 MiB); memory is about 3 x parallelism x buffer")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -182,7 +184,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify}
+	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify, NoKernelCopy: c.noKernelCopy}
 	if c.configFrom != "" {
 		mo.ConfigFrom = sourceFor(c.configFrom)
 	}
