@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ferryml/ferry/internal/shm"
 	"github.com/ferryml/ferry/internal/storage"
@@ -92,12 +93,60 @@ type Dataset struct {
 	ones      []byte // seq_len little-endian int32 ones: the attention mask source
 }
 
-// OpenDataset reads loc/manifest.json and maps the shards of the given ranks
-// (all when ranks is empty). For an s3:// location the manifest and shards are
-// first fetched into cacheDir (verified against the manifest's size and
-// SHA-256 while streaming); local shards are checked for size, and for
-// SHA-256 too when verify is set.
-func OpenDataset(ctx context.Context, loc string, ranks []int, cacheDir string, verify bool) (_ *Dataset, err error) {
+// DatasetOption configures OpenDataset.
+type DatasetOption func(*datasetConfig) error
+
+type datasetConfig struct {
+	ranks    []int
+	cacheDir string
+	verify   bool
+	logf     func(format string, args ...any)
+}
+
+// WithRanks maps only the shards of these ranks (default: all). A rank
+// outside the manifest's is an error.
+func WithRanks(ranks ...int) DatasetOption {
+	return func(c *datasetConfig) error {
+		for _, r := range ranks {
+			if r < 0 {
+				return fmt.Errorf("serve: rank %d to serve is negative", r)
+			}
+		}
+		c.ranks = ranks
+		return nil
+	}
+}
+
+// WithCacheDir sets where shards of an s3:// dataset are fetched to
+// (required for S3; default none).
+func WithCacheDir(dir string) DatasetOption {
+	return func(c *datasetConfig) error { c.cacheDir = dir; return nil }
+}
+
+// WithVerify checks the SHA-256 of local shards against the manifest
+// (default false: sizes, magic and buffer offsets are always checked;
+// fetched shards are always hashed while they stream in).
+func WithVerify(v bool) DatasetOption {
+	return func(c *datasetConfig) error { c.verify = v; return nil }
+}
+
+// WithLogf receives a line per fetched shard (default: none).
+func WithLogf(logf func(format string, args ...any)) DatasetOption {
+	return func(c *datasetConfig) error { c.logf = logf; return nil }
+}
+
+// OpenDataset reads loc/manifest.json and maps the served shards. For an
+// s3:// location the shards are first fetched into the cache directory
+// (verified against the manifest's size and SHA-256 while streaming; a
+// verified copy from an earlier run is reused).
+func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dataset, err error) {
+	cfg := datasetConfig{logf: func(string, ...any) {}}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	ranks, cacheDir, verify := cfg.ranks, cfg.cacheDir, cfg.verify
 	remote := storage.IsS3(loc)
 	mloc := joinLoc(loc, "manifest.json")
 	rc, size, err := storage.OpenStream(ctx, mloc)
@@ -153,8 +202,15 @@ func OpenDataset(ctx context.Context, loc string, ranks []int, cacheDir string, 
 		p := joinLoc(loc, mf.Path)
 		if remote {
 			local := filepath.Join(cacheDir, mf.SHA256+"-"+path.Base(mf.Path))
-			if err := fetch(ctx, p, local, mf); err != nil {
+			start := time.Now()
+			fetched, err := fetch(ctx, p, local, mf)
+			if err != nil {
 				return nil, err
+			}
+			if fetched {
+				cfg.logf("fetched %s (%d bytes) to %s in %.1fs", p, mf.Bytes, local, time.Since(start).Seconds())
+			} else {
+				cfg.logf("using %s (verified copy of %s)", local, p)
 			}
 			p = local
 		} else if verify {
@@ -372,34 +428,35 @@ func checkSHA(p string, mf *manifestFile) error {
 }
 
 // fetch copies a remote shard into local, verifying size and SHA-256 on the
-// way; an existing verified copy (named by its SHA-256) is reused.
-func fetch(ctx context.Context, src, local string, mf *manifestFile) error {
+// way; an existing verified copy (named by its SHA-256) is reused, and
+// fetched reports false then.
+func fetch(ctx context.Context, src, local string, mf *manifestFile) (fetched bool, err error) {
 	if st, err := os.Stat(local); err == nil && st.Size() == mf.Bytes {
 		if checkSHA(local, mf) == nil {
-			return nil
+			return false, nil
 		}
 	}
 	rc, size, err := storage.OpenStream(ctx, src)
 	if err != nil {
-		return fmt.Errorf("serve: fetch %s: %w", src, err)
+		return false, fmt.Errorf("serve: fetch %s: %w", src, err)
 	}
 	defer rc.Close()
 	if size != mf.Bytes {
-		return fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, src, size, mf.Bytes)
+		return false, fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, src, size, mf.Bytes)
 	}
 	w, err := storage.Create(ctx, local, storage.WithOverwrite(true))
 	if err != nil {
-		return fmt.Errorf("serve: fetch %s: %w", src, err)
+		return false, fmt.Errorf("serve: fetch %s: %w", src, err)
 	}
 	defer w.Abort()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(w, h), rc); err != nil {
-		return fmt.Errorf("serve: fetch %s: %w", src, err)
+		return false, fmt.Errorf("serve: fetch %s: %w", src, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != mf.SHA256 {
-		return fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrCorrupt, src, got, mf.SHA256)
+		return false, fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrCorrupt, src, got, mf.SHA256)
 	}
-	return w.Commit()
+	return true, w.Commit()
 }
 
 // checkRun reports an error wrapping ErrNotServed or ErrLimit for a run

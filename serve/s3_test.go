@@ -3,9 +3,11 @@ package serve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/storage"
@@ -50,7 +52,33 @@ func TestServeFromS3(t *testing.T) {
 	upload(t, dir, bucket+"/alpaca", nil)
 	cache := t.TempDir()
 
-	ts := startServer(t, Config{Data: bucket + "/alpaca", Ranks: []int{1}, CacheDir: cache})
+	var (
+		mu   sync.Mutex
+		logs []string
+	)
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+	}
+	ts := startServer(t, Config{Data: bucket + "/alpaca", Ranks: []int{1}, CacheDir: cache, Logf: logf})
+	mu.Lock()
+	first := append([]string(nil), logs...)
+	mu.Unlock()
+	if len(first) != 1 || !strings.Contains(first[0], "fetched "+bucket+"/alpaca/"+shard.FileName(1, 2)) {
+		t.Fatalf("logs %q", logs)
+	}
+	// A second daemon reuses the verified copy.
+	var logs2 []string
+	ds, err := OpenDataset(context.Background(), bucket+"/alpaca", WithRanks(1), WithCacheDir(cache),
+		WithLogf(func(format string, args ...any) { logs2 = append(logs2, fmt.Sprintf(format, args...)) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.Close()
+	if len(logs2) != 1 || !strings.HasPrefix(logs2[0], "using ") {
+		t.Fatalf("logs %q", logs2)
+	}
 	// Only the served shard was fetched, named by its checksum.
 	ents, _ := os.ReadDir(cache)
 	if len(ents) != 1 || !strings.HasSuffix(ents[0].Name(), "-"+shard.FileName(1, 2)) {
@@ -69,12 +97,12 @@ func TestServeFromS3(t *testing.T) {
 		}
 		return b
 	})
-	_, err := OpenDataset(context.Background(), bucket+"/bad", []int{0}, t.TempDir(), false)
+	_, err = OpenDataset(context.Background(), bucket+"/bad", WithRanks(0), WithCacheDir(t.TempDir()))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "sha256") {
 		t.Fatalf("corrupt S3 shard: %v", err)
 	}
 	// No manifest: not a result.
-	if _, err := OpenDataset(context.Background(), bucket+"/nothing", nil, t.TempDir(), false); err == nil || !strings.Contains(err.Error(), "manifest.json") {
+	if _, err := OpenDataset(context.Background(), bucket+"/nothing", WithCacheDir(t.TempDir())); err == nil || !strings.Contains(err.Error(), "manifest.json") {
 		t.Fatalf("missing manifest: %v", err)
 	}
 }

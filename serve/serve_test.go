@@ -496,7 +496,7 @@ func TestListenStaleSocket(t *testing.T) {
 
 func TestFillAllocs(t *testing.T) {
 	dir := writeDataset(t, 2, 64, 64, shard.ModePad, 8)
-	ds, err := OpenDataset(context.Background(), dir, nil, "", false)
+	ds, err := OpenDataset(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +589,7 @@ func TestOpenDatasetErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := copyDir(t, tt.mess)
-			ds, err := OpenDataset(context.Background(), dir, tt.ranks, "", tt.verify)
+			ds, err := OpenDataset(context.Background(), dir, WithRanks(tt.ranks...), WithVerify(tt.verify))
 			if ds != nil {
 				ds.Close()
 			}

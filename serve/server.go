@@ -71,7 +71,10 @@ type Server struct {
 // NewServer opens the dataset of cfg.Data and maps its shards.
 func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.defaults()
-	ds, err := OpenDataset(ctx, cfg.Data, cfg.Ranks, cfg.CacheDir, cfg.Verify)
+	if cfg.Data == "" {
+		return nil, errors.New("serve: Config.Data (the dataprep output) is empty")
+	}
+	ds, err := OpenDataset(ctx, cfg.Data, WithRanks(cfg.Ranks...), WithCacheDir(cfg.CacheDir), WithVerify(cfg.Verify), WithLogf(cfg.Logf))
 	if err != nil {
 		return nil, err
 	}
