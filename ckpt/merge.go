@@ -131,10 +131,20 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 		}
 	}
 	res := &Result{Output: sink.String(), Skipped: p.Skipped, TensorBytes: p.TotalSize}
+	var committed []string
+	ok := false
+	defer func() {
+		if !ok { // leave no part of a failed merge under final names
+			for _, n := range committed {
+				sink.Remove(context.WithoutCancel(ctx), n)
+			}
+		}
+	}()
 	for _, f := range p.Files {
 		if err := writeFile(ctx, ck, f, sink, &o); err != nil {
 			return nil, err
 		}
+		committed = append(committed, f.Name)
 		res.Files = append(res.Files, FileResult{Name: f.Name, Size: f.Size, Tensors: len(f.Tensors)})
 	}
 	if o.Force { // stale shards of an earlier, differently split output
@@ -175,6 +185,7 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 			Shape: t.Shape, File: p.Files[t.File].Name, SHA256: sums[t.Name]})
 	}
 	res.Seconds = time.Since(start).Seconds()
+	ok = true
 	return res, nil
 }
 
