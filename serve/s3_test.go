@@ -66,7 +66,7 @@ func TestServeFromS3(t *testing.T) {
 	first := append([]string(nil), logs...)
 	mu.Unlock()
 	if len(first) != 1 || !strings.Contains(first[0], "fetched "+bucket+"/alpaca/"+shard.FileName(1, 2)) {
-		t.Fatalf("logs %q", logs)
+		t.Fatalf("logs %q", first)
 	}
 	// A second daemon reuses the verified copy.
 	var logs2 []string

@@ -197,13 +197,15 @@ def test_parse_msg_rejects():
 
 
 # -- batches --------------------------------------------------------------------------------
-@pytest.mark.parametrize("mode,world", [("pad", 2), ("pack", 2), ("pad", 3)])
-def test_same_batches_as_direct_loader(make_shards, daemon, mode, world):
+@pytest.mark.parametrize("mode,world,kw", [("pad", 2, {}), ("pack", 2, {}), ("pad", 3, {}),
+                                           ("pad", 2, {"attention_mask": False, "drop_last": True}),
+                                           ("pad", 1, {"shuffle": False, "seed": 5})])
+def test_same_batches_as_direct_loader(make_shards, daemon, mode, world, kw):
     data = make_shards(2, 61, seq_len=16, mode=mode, extra=("-batch-rows", "8"))
     d = daemon(data)
     for rank in range(world):
-        direct = ferry.Loader(data, 4, rank=rank, world_size=world)
-        served = ServeLoader(d.sock, 4, rank=rank, world_size=world)
+        direct = ferry.Loader(data, 4, rank=rank, world_size=world, **kw)
+        served = ServeLoader(d.sock, 4, rank=rank, world_size=world, **kw)
         assert len(served) == len(direct)
         for epoch in (0, 1):
             direct.set_epoch(epoch)
