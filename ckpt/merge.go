@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,8 +123,8 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 		return nil, fmt.Errorf("%s: %w: %v (use --force to replace)", sink, ErrExists, old)
 	}
 	if o.Force {
-		for _, n := range existing { // the old index goes first
-			if n == IndexName {
+		for _, n := range existing { // the old index goes first; stale temporaries of killed runs go too
+			if n == IndexName || (strings.HasPrefix(n, ".") && strings.Contains(n, tmpMarker)) {
 				if err := sink.Remove(ctx, n); err != nil {
 					return nil, fmt.Errorf("%s/%s: %w", sink, n, err)
 				}
