@@ -96,7 +96,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		p = m.Tokenizer.Path
 	}
 	if p != "" {
-		if t, err := tokenize.Load(p); err == nil && (t.SHA256() == m.Tokenizer.SHA256 || *tokPath != "") {
+		if t, err := loadTokenizer(p); err == nil && (t.SHA256() == m.Tokenizer.SHA256 || *tokPath != "") {
 			tok = t
 		} else if *tokPath != "" {
 			return err

@@ -43,6 +43,9 @@ Examples:
 Flags:
 `
 
+// loadTokenizer loads a tokenizer; tests replace it with a memoizing one.
+var loadTokenizer = tokenize.Load
+
 // prepConfig is the configuration of one dataprep run.
 type prepConfig struct {
 	input, tokenizer, out string
@@ -197,7 +200,7 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	})
 	g.Go(func() error {
 		var err error
-		tok, err = tokenize.Load(c.tokenizer)
+		tok, err = loadTokenizer(c.tokenizer)
 		return err
 	})
 	if err := g.Wait(); err != nil {

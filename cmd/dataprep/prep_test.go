@@ -1,0 +1,564 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/shard"
+	"github.com/ferryml/ferry/tokenize"
+)
+
+// TestMain lets the test binary act as the dataprep command (for the
+// SIGKILL test) when FERRY_DATAPREP_MAIN=1.
+func TestMain(m *testing.M) {
+	if os.Getenv("FERRY_DATAPREP_MAIN") == "1" {
+		main()
+		return
+	}
+	// Loading a tokenizer takes about a second; load each once per test binary.
+	var mu sync.Mutex
+	cache := map[string]*tokenize.Tokenizer{}
+	loadTokenizer = func(path string) (*tokenize.Tokenizer, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if t, ok := cache[path]; ok {
+			return t, nil
+		}
+		t, err := tokenize.Load(path)
+		if err == nil {
+			cache[path] = t
+		}
+		return t, err
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	alpacaDir = filepath.Join("..", "..", "testdata", "alpaca")
+	qwenDir   = filepath.Join(tokDir, "qwen2.5")
+	llamaDir  = filepath.Join(tokDir, "llama3.1")
+)
+
+type model struct {
+	name, dir, eos string
+	eosID          int32
+}
+
+var (
+	qwen  = model{"qwen2.5", qwenDir, "<|endoftext|>", 151643}
+	llama = model{"llama3.1", llamaDir, "<|end_of_text|>", 128001}
+)
+
+// dataprep runs the command in-process.
+func dataprep(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err = dispatch(context.Background(), args, nil, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func mustPrep(t *testing.T, args ...string) string {
+	t.Helper()
+	out, stderr, err := dataprep(t, args...)
+	if err != nil {
+		t.Fatalf("dataprep %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+func unzstd(t testing.TB, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := zstd.NewReader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	b, err := d.DecodeAll(raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func goldens(t *testing.T, name string) [][]int32 {
+	t.Helper()
+	data := unzstd(t, filepath.Join("testdata", "golden-"+name+".jsonl.zst"))
+	var out [][]int32
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var v struct{ IDs []int32 }
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v.IDs)
+	}
+	return out
+}
+
+// allRows opens every shard of dir and calls fn for each row with its
+// global position.
+func allRows(t *testing.T, dir string, fn func(m *shard.Manifest, pos int, r *shard.Row)) *shard.Manifest {
+	t.Helper()
+	m, err := shard.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row shard.Row
+	for rank := range m.Ranks {
+		_, rd, err := shard.OpenDir(dir, rank, shard.WithChecksum())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range rd.NumRows() {
+			if err := rd.Row(j, &row); err != nil {
+				t.Fatal(err)
+			}
+			fn(m, j*m.Ranks+rank, &row)
+		}
+		rd.Close()
+	}
+	return m
+}
+
+// TestSeedParity: --mode pad --labels copy --seq-len 1024 gives, row for
+// row, what HF tokenizers gives for the seeds' tokenizer(text,
+// truncation=True, max_length=1024, padding="max_length") with labels =
+// input_ids (goldens made by testdata/make-goldens.js).
+func TestSeedParity(t *testing.T) {
+	for _, md := range []model{qwen, llama} {
+		for _, data := range []struct{ name, file string }{
+			{"en", filepath.Join(alpacaDir, "alpaca_en_demo.json.zst")},
+			{"zh", filepath.Join(alpacaDir, "alpaca_zh_demo.json.zst")},
+			{"long", filepath.Join("testdata", "alpaca_long.json.zst")},
+		} {
+			t.Run(md.name+"/"+data.name, func(t *testing.T) {
+				want := goldens(t, data.name+"."+md.name)
+				dir := t.TempDir()
+				out := mustPrep(t, "--input", data.file, "--tokenizer", md.dir, "--eos", md.eos, "--pad", md.eos,
+					"--mode", "pad", "--labels", "copy", "--seq-len", "1024", "--ranks", "3", "--quiet", "--json", "--out", dir)
+				seen := make([]int, len(want))
+				truncated := 0
+				for _, w := range want {
+					if len(w) == 1024 {
+						truncated++
+					}
+				}
+				m := allRows(t, dir, func(m *shard.Manifest, pos int, r *shard.Row) {
+					s := r.Segments[0].Sample
+					if pos < m.UniqueRows {
+						seen[s]++
+					}
+					g := want[s]
+					full := append(slices.Clone(g), slices.Repeat([]int32{md.eosID}, 1024-len(g))...)
+					if !slices.Equal(r.InputIDs, full) {
+						t.Fatalf("sample %d: input_ids differ from HF\n got %v\nwant %v", s, r.InputIDs[:min(40, len(g))], g[:min(40, len(g))])
+					}
+					if int(r.Length) != len(g) {
+						t.Fatalf("sample %d: length %d, HF attention_mask sum %d", s, r.Length, len(g))
+					}
+					if !slices.Equal(r.Labels, r.InputIDs) {
+						t.Fatalf("sample %d: labels != input_ids under --labels copy", s)
+					}
+				})
+				for s, c := range seen {
+					if c != 1 {
+						t.Fatalf("sample %d appears %d times", s, c)
+					}
+				}
+				if m.Stats.RecordsTruncated != int64(truncated) || m.UniqueRows != len(want) {
+					t.Errorf("truncated %d (HF: %d), unique rows %d (records %d)", m.Stats.RecordsTruncated, truncated, m.UniqueRows, len(want))
+				}
+				var s summary
+				if err := json.Unmarshal([]byte(out), &s); err != nil {
+					t.Fatalf("--json output %q: %v", out, err)
+				}
+				if s.RecordsRead != int64(len(want)) || s.RowsPerRank != m.RowsPerRank || s.Tokens != m.Stats.Tokens {
+					t.Errorf("summary %+v disagrees with the manifest", s)
+				}
+			})
+		}
+	}
+}
+
+// TestPack checks the pack-mode invariants against the HF goldens: every
+// record exactly once, its tokens contiguous and equal to its pad-mode
+// tokens, position ids restarting, first label −100, prompt masked under
+// mask-prompt, and the efficiency in the manifest and summary.
+func TestPack(t *testing.T) {
+	for _, md := range []model{qwen, llama} {
+		t.Run(md.name, func(t *testing.T) {
+			want := goldens(t, "en."+md.name)
+			dir := t.TempDir()
+			out := mustPrep(t, "--input", filepath.Join(alpacaDir, "alpaca_en_demo.json.zst"), "--tokenizer", md.dir,
+				"--eos", md.eos, "--mode", "pack", "--labels", "mask-prompt", "--ranks", "4", "--seed", "7", "--quiet", "--json", "--out", dir)
+			seen := make([]int, len(want))
+			var tokens int64
+			m := allRows(t, dir, func(m *shard.Manifest, pos int, r *shard.Row) {
+				if pos < m.UniqueRows {
+					tokens += int64(r.Length)
+				}
+				for _, sg := range r.Segments {
+					if pos < m.UniqueRows {
+						seen[sg.Sample]++
+					}
+					g := want[sg.Sample]
+					ids := r.InputIDs[sg.Start : sg.Start+sg.Length]
+					if !slices.Equal(ids, g) {
+						t.Fatalf("sample %d: packed tokens differ from its pad-mode tokens", sg.Sample)
+					}
+					labs := r.Labels[sg.Start : sg.Start+sg.Length]
+					if labs[0] != shard.IgnoreIndex {
+						t.Fatalf("sample %d: first label %d, want -100", sg.Sample, labs[0])
+					}
+					// The response (after "### Response:\n") carries loss, the prompt not.
+					k := slices.IndexFunc(labs, func(l int32) bool { return l != shard.IgnoreIndex })
+					if k < 0 || labs[len(labs)-1] != md.eosID || k > len(labs)-1 {
+						t.Fatalf("sample %d: no loss on the response (first loss at %d)", sg.Sample, k)
+					}
+					if !slices.Equal(labs[k:], ids[k:]) {
+						t.Fatalf("sample %d: response labels differ from ids", sg.Sample)
+					}
+					for j, p := range r.PositionIDs[sg.Start : sg.Start+sg.Length] {
+						if p != int32(j) {
+							t.Fatalf("sample %d: position id %d at %d", sg.Sample, p, j)
+						}
+					}
+				}
+				for j := r.Length; j < int32(m.SeqLen); j++ {
+					if r.Labels[j] != shard.IgnoreIndex || r.InputIDs[j] != md.eosID {
+						t.Fatalf("padding at %d: id %d label %d", j, r.InputIDs[j], r.Labels[j])
+					}
+				}
+			})
+			for s, c := range seen {
+				if c != 1 {
+					t.Fatalf("sample %d appears %d times", s, c)
+				}
+			}
+			eff := float64(tokens) / float64(m.UniqueRows*m.SeqLen)
+			if m.Stats.Tokens != tokens || m.Stats.Efficiency != eff {
+				t.Errorf("stats tokens %d eff %v, counted %d %v", m.Stats.Tokens, m.Stats.Efficiency, tokens, eff)
+			}
+			var s summary
+			if err := json.Unmarshal([]byte(out), &s); err != nil || s.Efficiency != eff {
+				t.Errorf("summary efficiency %v (err %v), want %v", s.Efficiency, err, eff)
+			}
+			if eff < 0.95 {
+				t.Errorf("packing efficiency %.3f < 0.95", eff)
+			}
+			t.Logf("%d records -> %d rows, efficiency %.4f", len(want), m.UniqueRows, eff)
+		})
+	}
+}
+
+// TestSplitLong: with --split-long no token is lost: the pieces of each
+// record, in order, are its full tokenization.
+func TestSplitLong(t *testing.T) {
+	dir := t.TempDir()
+	mustPrep(t, "--input", filepath.Join("testdata", "alpaca_long.json.zst"), "--tokenizer", qwen.dir, "--eos", qwen.eos,
+		"--mode", "pack", "--split-long", "--seq-len", "256", "--quiet", "--out", dir)
+	type piece struct{ ids []int32 }
+	pieces := map[int64][]piece{}
+	m := allRows(t, dir, func(m *shard.Manifest, pos int, r *shard.Row) {
+		if pos >= m.UniqueRows {
+			return
+		}
+		for _, sg := range r.Segments {
+			pieces[sg.Sample] = append(pieces[sg.Sample], piece{ids: slices.Clone(r.InputIDs[sg.Start : sg.Start+sg.Length])})
+		}
+	})
+	if m.Stats.RecordsTruncated != 0 || m.Stats.RecordsSplit == 0 {
+		t.Fatalf("truncated %d split %d", m.Stats.RecordsTruncated, m.Stats.RecordsSplit)
+	}
+	res, err := dataset.Parse("long", unzstd(t, filepath.Join("testdata", "alpaca_long.json.zst")), dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pieces) != len(res.Records) {
+		t.Fatalf("%d samples, want %d", len(pieces), len(res.Records))
+	}
+	tok, err := loadTokenizer(qwen.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(ids []int32) string { return fmt.Sprint(ids) }
+	for i, rec := range res.Records {
+		text, _ := dataset.Alpaca().Append(nil, &rec, "", qwen.eos)
+		full := tok.Encode(string(text), true)
+		var want, got []string
+		for k := 0; k < len(full); k += 256 {
+			want = append(want, key(full[k:min(k+256, len(full))]))
+		}
+		for _, p := range pieces[int64(i)] {
+			got = append(got, key(p.ids))
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("sample %d: pieces %d differ from the full tokenization cut every 256 tokens (%d pieces)", i, len(got), len(want))
+		}
+	}
+}
+
+// TestWorkersIdentical: the output is byte-identical for any worker count.
+func TestWorkersIdentical(t *testing.T) {
+	for _, mode := range []string{"pad", "pack"} {
+		var sums []string
+		for _, w := range []string{"1", "3"} {
+			dir := t.TempDir()
+			mustPrep(t, "--input", filepath.Join(alpacaDir, "alpaca_zh_demo.json.zst"), "--tokenizer", qwen.dir,
+				"--mode", mode, "--seq-len", "512", "--ranks", "3", "--workers", w, "--quiet", "--out", dir)
+			m, err := shard.ReadManifest(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s []string
+			for _, f := range m.Files {
+				s = append(s, f.SHA256)
+			}
+			sums = append(sums, strings.Join(s, ","))
+		}
+		if sums[0] != sums[1] {
+			t.Errorf("%s: shards differ between --workers 1 and 3", mode)
+		}
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const good = `{"instruction": "Say hi", "input": "", "output": "hi"}`
+
+func TestBadInput(t *testing.T) {
+	existing := t.TempDir()
+	mustPrep(t, "--input", writeFile(t, "ok.json", "["+good+","+good+"]"), "--tokenizer", qwen.dir, "--quiet", "--out", existing)
+	for _, tc := range []struct {
+		name    string
+		input   string
+		args    []string
+		wantErr error
+		wantIn  []string
+	}{
+		{"invalid json", "[" + good + ", {\"instruction\": }]", nil, dataset.ErrSyntax, []string{"bad.json: record 1 (byte ", "line 1)"}},
+		{"trailing comma", "[\n" + good + ",\n]\n", nil, dataset.ErrSyntax, []string{"record 1 (byte 58, line 3)", "trailing comma"}},
+		{"missing instruction", "[" + good + ",\n{\"output\": \"x\"}]", nil, dataset.ErrField, []string{"record 1 (byte 57, line 2)", `"instruction" is missing`}},
+		{"missing output", "[{\"instruction\": \"x\"}]", nil, dataset.ErrField, []string{"record 0", `"output" is missing`}},
+		{"null field", "[{\"instruction\": \"x\", \"output\": null}]", nil, dataset.ErrField, []string{"record 0", `"output" is null`}},
+		{"non-string field", "[{\"instruction\": [\"x\"], \"output\": \"y\"}]", nil, dataset.ErrField, []string{"record 0", `"instruction" is an array`}},
+		{"invalid utf-8", "[" + good + ",{\"instruction\": \"\xc3\x28\", \"output\": \"y\"}]", nil, dataset.ErrUTF8, []string{"record 1", "invalid UTF-8"}},
+		{"empty file", "", nil, dataset.ErrEmpty, []string{"bad.json is empty"}},
+		{"empty array", "[]", nil, dataset.ErrEmpty, []string{"no records"}},
+		{"zero usable records", "{\"output\": \"x\"}\n{\"instruction\": 1, \"output\": \"x\"}\n", []string{"--on-bad-record", "skip"}, nil, []string{"no usable records (2 skipped)"}},
+		{"more ranks than rows", "[" + good + "," + good + "]", []string{"--ranks", "3"}, shard.ErrTooFewRows, []string{"2 rows for 3 ranks"}},
+		{"seq-len too small", "[" + good + "]", []string{"--seq-len", "7"}, errUsage, []string{"--seq-len 7 is too small for the template alpaca"}},
+		{"existing output", "[" + good + "]", []string{"--out", existing}, shard.ErrExists, []string{"manifest.json (use --force"}},
+		{"unknown eos", "[" + good + "]", []string{"--eos", "<nope>"}, errUsage, []string{`--eos "<nope>" is not a token`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := writeFile(t, "bad.json", tc.input)
+			args := append([]string{"--input", in, "--tokenizer", qwen.dir, "--quiet", "--out", filepath.Join(t.TempDir(), "out")}, tc.args...)
+			_, _, err := dataprep(t, args...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Errorf("err %v, want %v", err, tc.wantErr)
+			}
+			for _, w := range tc.wantIn {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSkipCounted(t *testing.T) {
+	in := writeFile(t, "mixed.jsonl", good+"\n{\"instruction\": null, \"output\": \"x\"}\n"+good+"\n{broken\n"+good+"\n")
+	dir := t.TempDir()
+	_, stderr, err := dataprep(t, "--input", in, "--tokenizer", qwen.dir, "--on-bad-record", "skip", "--out", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := shard.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Stats.RecordsRead != 5 || m.Stats.RecordsSkipped != 2 || m.UniqueRows != 3 {
+		t.Fatalf("stats %+v, unique rows %d", m.Stats, m.UniqueRows)
+	}
+	for _, w := range []string{"skipped: ", "mixed.jsonl: record 1 (byte 55, line 2)", "record 3", "2 skipped"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	var samples []int64
+	allRows(t, dir, func(m *shard.Manifest, pos int, r *shard.Row) { samples = append(samples, r.Segments[0].Sample) })
+	slices.Sort(samples)
+	if !slices.Equal(samples, []int64{0, 2, 4}) {
+		t.Errorf("samples %v, want the input indices [0 2 4]", samples)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--input", "x"},
+		{"--input", "x", "--tokenizer", "y", "--out", "z", "--mode", "zip"},
+		{"--input", "x", "--tokenizer", "y", "--out", "z", "--split-long"},
+		{"--input", "x", "--tokenizer", "y", "--out", "z", "--on-bad-record", "maybe"},
+	} {
+		_, _, err := dataprep(t, args...)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%v: err %v, want errUsage", args, err)
+		}
+		if code := exitCode(context.Background(), err, &bytes.Buffer{}); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestInspect(t *testing.T) {
+	dir := t.TempDir()
+	mustPrep(t, "--input", filepath.Join(alpacaDir, "alpaca_tiny.json"), "--tokenizer", llama.dir, "--eos", llama.eos,
+		"--mode", "pack", "--ranks", "2", "--quiet", "--out", dir)
+	out := mustPrep(t, "inspect", dir, "--rank", "1", "--row", "0", "--verify")
+	for _, w := range []string{"2 ranks", "mode       pack", "verify: 2 shards match", "rank 1 row 0 (global position 1)",
+		`text    "<|begin_of_text|>### Instruction:\n`} {
+		if !strings.Contains(out, w) {
+			t.Errorf("inspect output lacks %q:\n%s", w, out)
+		}
+	}
+	if _, _, err := dataprep(t, "inspect", dir, "--rank", "0", "--row", "99999"); !errors.Is(err, errUsage) {
+		t.Errorf("row out of range: %v", err)
+	}
+}
+
+// TestKilledRunLeavesNoManifest SIGKILLs dataprep at several points: the
+// output directory must never hold a manifest.json afterwards.
+func TestKilledRunLeavesNoManifest(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A larger input: the en demo file six times over (JSON Lines).
+	res, err := dataset.Parse("en", unzstd(t, filepath.Join(alpacaDir, "alpaca_en_demo.json.zst")), dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for range 6 {
+		for _, r := range res.Records {
+			b, _ := json.Marshal(map[string]string{"instruction": r.Instruction, "input": r.Input, "output": r.Output})
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+	}
+	in := writeFile(t, "big.jsonl", buf.String())
+	completed := 0
+	for i, delay := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 700 * time.Millisecond, 1000 * time.Millisecond, 1500 * time.Millisecond} {
+		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
+		cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "4", "--batch-rows", "64", "--quiet", "--out", dir)
+		cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		err := cmd.Wait()
+		_, statErr := os.Stat(filepath.Join(dir, shard.ManifestName))
+		if err == nil {
+			completed++ // finished before the kill: then it must be complete
+			if statErr != nil {
+				t.Fatalf("run finished but left no manifest: %v", statErr)
+			}
+			continue
+		}
+		if statErr == nil {
+			t.Fatalf("killed after %v: manifest.json exists", delay)
+		}
+	}
+	t.Logf("%d of 6 runs finished before SIGKILL", completed)
+	// A killed run's leftovers do not block the next run (no --force needed).
+	dir := filepath.Join(t.TempDir(), "again")
+	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", dir)
+	cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
+	_ = cmd.Start()
+	time.Sleep(300 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	mustPrep(t, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", dir)
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 3 {
+		t.Errorf("after a killed run and a good one the directory holds %d entries, want 2 shards + manifest", len(ents))
+	}
+}
+
+// TestInterrupt: SIGINT exits with status 130 and leaves no manifest.
+func TestInterrupt(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := dataset.Parse("en", unzstd(t, filepath.Join(alpacaDir, "alpaca_en_demo.json.zst")), dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for range 6 {
+		for _, r := range res.Records {
+			b, _ := json.Marshal(map[string]string{"instruction": r.Instruction, "input": r.Input, "output": r.Output})
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+	}
+	in := writeFile(t, "big.jsonl", buf.String())
+	dir := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--out", dir)
+	cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	_ = cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if err == nil {
+		t.Fatal("the run finished before the interrupt: make the input larger")
+	}
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("exit %v, want status 130; stderr:\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err == nil {
+		t.Fatal("interrupted run left manifest.json")
+	}
+}
