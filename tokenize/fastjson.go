@@ -32,7 +32,7 @@ func skipWS(d []byte, i int) int {
 // jsonString reads the JSON string starting at d[i] (a quote).
 func jsonString(d []byte, i int) (string, int, error) {
 	if i >= len(d) || d[i] != '"' {
-		return "", i, fmt.Errorf("byte %d: want a string", i)
+		return "", i, fmt.Errorf("byte %d of the value: want a string", i)
 	}
 	esc := false
 	for j := i + 1; j < len(d); j++ {
@@ -96,12 +96,20 @@ func list(d []byte, open, close byte, elem func(i int) (int, error)) error {
 	return nil
 }
 
+// pathError is a parse error at a JSON path.
+type pathError struct {
+	path string
+	err  error
+}
+
+func (e *pathError) Error() string { return e.path + ": " + e.err.Error() }
+
 func (v *vocabJSON) UnmarshalJSON(d []byte) error {
 	v.toks, v.ids = nil, nil
 	if string(d) == "null" {
 		return nil
 	}
-	return list(d, '{', '}', func(i int) (int, error) {
+	return wrapPath("$.model.vocab", list(d, '{', '}', func(i int) (int, error) {
 		tok, i, err := jsonString(d, i)
 		if err != nil {
 			return i, err
@@ -121,7 +129,14 @@ func (v *vocabJSON) UnmarshalJSON(d []byte) error {
 		v.toks = append(v.toks, tok)
 		v.ids = append(v.ids, int32(id))
 		return j, nil
-	})
+	}))
+}
+
+func wrapPath(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &pathError{path, err}
 }
 
 func (m *mergesJSON) UnmarshalJSON(d []byte) error {
@@ -129,7 +144,7 @@ func (m *mergesJSON) UnmarshalJSON(d []byte) error {
 	if string(d) == "null" {
 		return nil
 	}
-	return list(d, '[', ']', func(i int) (int, error) {
+	return wrapPath("$.model.merges", list(d, '[', ']', func(i int) (int, error) {
 		if i < len(d) && d[i] == '[' {
 			a, i, err := jsonString(d, skipWS(d, i+1))
 			if err != nil {
@@ -171,5 +186,5 @@ func (m *mergesJSON) UnmarshalJSON(d []byte) error {
 		}
 		m.pairs = append(m.pairs, [2]string{s[:sp], s[sp+1:]})
 		return i, nil
-	})
+	}))
 }

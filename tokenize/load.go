@@ -148,6 +148,10 @@ func parse(data []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		var se *json.SyntaxError
+		var pe *pathError
+		if errors.As(err, &pe) {
+			return nil, corrupt(pe.path, "%v", pe.err)
+		}
 		if errors.As(err, &se) {
 			return nil, corrupt("$", "byte %d: %v", se.Offset, err)
 		}
@@ -342,9 +346,10 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 		bm.byteID[i] = -1
 	}
 	maxID := int32(-1)
+	limit := int32(2*len(vocab) + 1<<16) // ids are dense in real files; bounds memory
 	for tok, id := range vocab {
-		if id < 0 || id >= 1<<30 {
-			return corrupt(path+".vocab", "token %q has id %d", tok, id)
+		if id < 0 || id >= limit {
+			return corrupt(path+".vocab", "token %q has id %d (vocabulary of %d)", tok, id, len(vocab))
 		}
 		maxID = max(maxID, id)
 	}
@@ -424,6 +429,9 @@ func (t *Tokenizer) parseAdded(list []addedToken) error {
 		if a.Special && a.Content != "" && !specialSet[a.Content] {
 			specials = append(specials, a)
 			specialSet[a.Content] = true
+		}
+		if a.ID < 0 {
+			return corrupt(fmt.Sprintf("$.added_tokens[%d].id", i), "id %d", a.ID)
 		}
 		if a.Content == "" {
 			continue
@@ -610,36 +618,35 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return corrupt("$", "%v", err)
 	}
-	get := func(key string) (string, int32, error) {
+	// A token the config does not name keeps what the post-processor says.
+	get := func(key string, s *string, id *int32) error {
 		m, ok := cfg[key]
 		if !ok || isNull(m) {
-			return "", -1, nil
+			return nil
 		}
-		var s string
-		if err := json.Unmarshal(m, &s); err != nil {
+		var str string
+		if err := json.Unmarshal(m, &str); err != nil {
 			var obj struct {
 				Content string `json:"content"`
 			}
 			if err := json.Unmarshal(m, &obj); err != nil {
-				return "", -1, corrupt("$."+key, "want a string or {\"content\": ...}")
+				return corrupt("$."+key, "want a string or {\"content\": ...}")
 			}
-			s = obj.Content
+			str = obj.Content
 		}
-		id, ok := t.TokenID(s)
+		v, ok := t.TokenID(str)
 		if !ok {
-			return "", -1, corrupt("$."+key, "token %q is not in the vocabulary", s)
+			return corrupt("$."+key, "token %q is not in the vocabulary", str)
 		}
-		return s, id, nil
+		*s, *id = str, v
+		return nil
 	}
-	var err error
-	if t.special.BOS, t.special.BOSID, err = get("bos_token"); err != nil {
+	sp := &t.special
+	if err := get("bos_token", &sp.BOS, &sp.BOSID); err != nil {
 		return err
 	}
-	if t.special.EOS, t.special.EOSID, err = get("eos_token"); err != nil {
+	if err := get("eos_token", &sp.EOS, &sp.EOSID); err != nil {
 		return err
 	}
-	if t.special.Pad, t.special.PadID, err = get("pad_token"); err != nil {
-		return err
-	}
-	return nil
+	return get("pad_token", &sp.Pad, &sp.PadID)
 }

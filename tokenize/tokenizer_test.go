@@ -1,0 +1,161 @@
+package tokenize
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestAppendEncodeNoAllocs(t *testing.T) {
+	texts := []string{
+		"### Instruction:\nGive three tips for staying healthy.\n\n### Response:\n1. Eat a balanced diet.<|endoftext|>",
+		"東京都は日本の首都です。 It's 2,024 km — ok?\r\n\tdone  ",
+		"",
+	}
+	for _, m := range models {
+		tok := loadModel(t, m)
+		dst := make([]int32, 0, 1024)
+		for _, s := range texts {
+			dst = tok.AppendEncode(dst[:0], s, true) // warm the cache
+			s := s
+			allocs := testing.AllocsPerRun(50, func() {
+				dst = tok.AppendEncode(dst[:0], s, true)
+			})
+			if allocs != 0 {
+				t.Errorf("%s: AppendEncode(%q) allocates %v times per call", m, s, allocs)
+			}
+		}
+	}
+}
+
+func TestEncodeBatchOrder(t *testing.T) {
+	texts := corpusTexts(t)[:600]
+	for _, m := range models {
+		tok := loadModel(t, m)
+		var want [][]int32
+		for _, s := range texts {
+			want = append(want, tok.Encode(s, true))
+		}
+		for _, threads := range []int{0, 1, 3, 16} {
+			got := tok.EncodeBatch(texts, true, threads)
+			if len(got) != len(texts) {
+				t.Fatalf("%s threads=%d: %d results", m, threads, len(got))
+			}
+			for i := range got {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("%s threads=%d: text %d differs", m, threads, i)
+				}
+			}
+		}
+		if got := tok.EncodeBatch(nil, true, 4); len(got) != 0 {
+			t.Errorf("EncodeBatch(nil) = %v", got)
+		}
+	}
+}
+
+// TestConcurrentEncode hammers one Tokenizer from many goroutines (run it
+// with -race) and checks the ids against HF's.
+func TestConcurrentEncode(t *testing.T) {
+	tok := loadModel(t, "llama3.1")
+	texts := corpusTexts(t)
+	want := goldenIDs(t, "llama3.1", true)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			var dst []int32
+			for i := g; i < len(texts); i += 37 {
+				dst = tok.AppendEncode(dst[:0], texts[i], true)
+				if !slices.Equal(dst, want[i]) {
+					errs <- fmt.Sprintf("goroutine %d line %d differs", g, i+1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	tok := loadModel(t, "qwen2.5")
+	ids := tok.Encode("<|im_start|>user\nhé<|im_end|><tool_call>", false)
+	if got := tok.Decode(ids, false); got != "<|im_start|>user\nhé<|im_end|><tool_call>" {
+		t.Errorf("Decode = %q", got)
+	}
+	// <tool_call> is special=false: kept by skipSpecial, as in HF.
+	if got := tok.Decode(ids, true); got != "user\nhé<tool_call>" {
+		t.Errorf("Decode(skipSpecial) = %q", got)
+	}
+	// "é" is two bytes; cut after the first and the rest is U+FFFD.
+	e := tok.Encode("é", false)
+	if len(e) != 1 {
+		t.Fatalf("é = %v", e)
+	}
+	half, _ := tok.TokenID("Ã") // byte 0xC3
+	if got := tok.Decode([]int32{half}, false); got != "\uFFFD" {
+		t.Errorf("Decode(0xC3) = %q", got)
+	}
+	if got := tok.Decode([]int32{-5, 1 << 30, half, 151643}, true); got != "\uFFFD" {
+		t.Errorf("Decode with unknown ids = %q", got)
+	}
+}
+
+func TestInvalidUTF8(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a\xffb", "a\uFFFDb"},
+		{"\xe2\x82", "\uFFFD"},                 // a cut 3-byte sequence is one U+FFFD
+		{"\xe2\x82a", "\uFFFDa"},               //
+		{"\xed\xa0\x80", "\uFFFD\uFFFD\uFFFD"}, // a surrogate: ED, then A0 and 80 are each invalid
+		{"\xf0\x9f\x98", "\uFFFD"},
+		{"\xf4\x90\x80\x80", "\uFFFD\uFFFD\uFFFD\uFFFD"},
+		{"\xc0\xaf", "\uFFFD\uFFFD"},
+		{"ok", "ok"},
+	} {
+		if got := ValidUTF8(tc.in); got != tc.want {
+			t.Errorf("ValidUTF8(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	tok := loadModel(t, "llama3.1")
+	if got, want := tok.Encode("a\xff\xe2\x82b", true), tok.Encode("a\uFFFD\uFFFDb", true); !slices.Equal(got, want) {
+		t.Errorf("invalid UTF-8: %v, want %v", got, want)
+	}
+}
+
+// TestBPEMergeLoops checks that the O(n²) and the heap merge loops agree, on
+// every word of part of the corpus and on long repetitive words.
+func TestBPEMergeLoops(t *testing.T) {
+	words := []string{strings.Repeat("a", 300), strings.Repeat("ab", 100), strings.Repeat("e\u0301", 60), strings.Repeat("東京", 40)}
+	for i, s := range corpusTexts(t) {
+		if i%4 != 0 {
+			continue
+		}
+		for len(s) > 0 {
+			n := scan(scanLlama3, s)
+			if n > 1 && n < 400 {
+				words = append(words, s[:n])
+			}
+			s = s[n:]
+		}
+	}
+	for _, m := range models {
+		tok := loadModel(t, m)
+		bm := tok.model
+		bm.ignoreMerges = false
+		var sc scratch
+		for _, w := range words {
+			ids := bm.initial(&sc, w)
+			small := bm.mergeSmall(nil, slices.Clone(ids), &sc)
+			ids = bm.initial(&sc, w)
+			heap := bm.mergeHeap(nil, slices.Clone(ids), &sc)
+			if !slices.Equal(small, heap) {
+				t.Fatalf("%s %q: small %v, heap %v", m, w, small, heap)
+			}
+		}
+	}
+}
