@@ -197,8 +197,10 @@ func (c *Checkpoint) locateDCP(ctx context.Context, cfg *openConfig) error {
 				}
 				f, base, length = sf, 0, sf.Size()
 			}
+			// a SAFETENSORS-serialized item records the blob start as its
+			// offset and numel*itemsize as its length: peek past the length
 			var head [9]byte
-			if length >= 9 {
+			if f.Size()-base >= 9 {
 				if _, err := f.ReadAt(head[:], base); err != nil {
 					return fmt.Errorf("%s: %w", where, err)
 				}

@@ -86,7 +86,7 @@ func TestTorch113FixturesByteIdentical(t *testing.T) {
 }
 
 func TestTorch2LayoutFixtures(t *testing.T) {
-	for _, name := range []string{"torch2-ws4", "hf-sharded-ws4"} {
+	for _, name := range []string{"torch2-ws4", "torch2-st-ws2", "hf-sharded-ws4"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(fixtureRoot, name)
 			out, res := mergeDir(t, dir, KeyOptions{}, PlanOptions{}, MergeOptions{Verify: true, Parallelism: 2, BufferSize: 96})

@@ -35,6 +35,10 @@ dcp.save({"model": sd, "optimizer": osd}) => keys "model.<name>" and
                  pathlib.PosixPath checkpoint_id, version "1.0.0"
   torch2-rot13   1 rank, one item with transform "stream.rot13/1" (which
                  ckptmerge must reject)
+  torch2-st-ws2  FileSystemWriter(serialization_format=SAFETENSORS): each
+                 .distcp file holds the bytes items, then one safetensors
+                 blob of that rank's chunks (DCP_SHARDING_INFO); tensor
+                 items point at the blob start
   hf-sharded-ws4 the same model as torch's HuggingFaceStorageWriter
                  (save_distributed=True) writes it: one safetensors file per
                  rank, chunks keyed by FQN, DCP_SHARDING_INFO in __metadata__,
@@ -260,11 +264,13 @@ def blob(t, extra_records):
     src = zipfile.ZipFile(io.BytesIO(raw))
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
+        def put(name, data):  # fixed timestamps: the output is deterministic
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
         for n in src.namelist():
-            z.writestr(n, src.read(n))
-        z.writestr("archive/byteorder", "little")
-        z.writestr("archive/.format_version", "1")
-        z.writestr("archive/.storage_alignment", "64")
+            put(n, src.read(n))
+        put("archive/byteorder", "little")
+        put("archive/.format_version", "1")
+        put("archive/.storage_alignment", "64")
     return out.getvalue()
 
 
@@ -302,7 +308,7 @@ class Writer:
                     storage[idx] = _StorageInfo(fname, off, len(data), tr)
         md = Metadata(state_dict_metadata=self.sdm, planner_data=self.planner, storage_data=storage,
                       storage_meta=StorageMeta(checkpoint_id=pathlib.PosixPath(self.ckpt_id),
-                                               save_id=str(uuid.UUID(int=seed_of(self.path))), load_id=None,
+                                               save_id=str(uuid.UUID(int=seed_of(os.path.basename(self.path)))), load_id=None,
                                                modules=[]),
                       version="1.0.0")
         with open(os.path.join(self.path, ".metadata"), "wb") as f:
@@ -435,6 +441,51 @@ def make_hf_sharded(out, sd, ws=4):
     write_truth(path, sd, {})
 
 
+def make_dcp_safetensors(out, sd, ws=2):
+    """FileSystemWriter(serialization_format=SAFETENSORS): per file the bytes items,
+    then one safetensors blob with this file's chunks and DCP_SHARDING_INFO."""
+    w = Writer(os.path.join(out, "torch2-st-ws2"), "/ckpt/torch2-st-ws2")
+    per_rank = [dict() for _ in range(ws)]
+    info = [dict() for _ in range(ws)]
+    for k, t in sd.items():
+        shape = list(t.shape)
+        if k.endswith("norm.weight") or k in ("extra.transposed", "extra.step_count"):
+            layout, owners = [([0] * len(shape), shape)], [seed_of(k) % ws]
+        else:
+            layout, owners = shard0(shape, ws), list(range(ws))
+        chunks = []
+        for ci, ((o, s), r) in enumerate(zip(layout, owners)):
+            chunks.append(ChunkStorageMetadata(torch.Size(o), torch.Size(s)))
+            piece = t
+            for d in range(len(shape)):
+                piece = piece.narrow(d, o[d], s[d])
+            per_rank[r][k] = (piece.contiguous(), MetadataIndex(fqn=k, offset=torch.Size(o), index=ci))
+            info[r][k] = {"saved_offsets": o}
+        w.sdm[k] = TensorStorageMetadata(properties=props(t.dtype), size=torch.Size(shape), chunks=chunks)
+        w.planner[k] = (k,)
+    b = io.BytesIO()
+    torch.save(1234, b)
+    w.sdm["step"] = BytesStorageMetadata()
+    w.planner["step"] = ("step",)
+    storage = {MetadataIndex(fqn="step"): None}
+    for r in range(ws):
+        fname = f"__{r}_0.distcp"
+        with open(os.path.join(w.path, fname), "wb") as f:
+            if r == 0:
+                f.write(b.getvalue())
+                storage[MetadataIndex(fqn="step")] = _StorageInfo(fname, 0, len(b.getvalue()))
+            start = f.tell()
+            meta = {"DCP_SHARDING_INFO": json.dumps(info[r]), "DCP_VERSION": "1.0", "format": "pt"}
+            f.write(st_bytes({k: v[0] for k, v in per_rank[r].items()}, meta))
+            for k, (t, idx) in per_rank[r].items():
+                storage[idx] = _StorageInfo(fname, start, t.numel() * t.element_size())
+    md = Metadata(state_dict_metadata=w.sdm, planner_data=w.planner, storage_data=storage,
+                  storage_meta=None, version="1.0.0")
+    with open(os.path.join(w.path, ".metadata"), "wb") as f:
+        pickle.dump(md, f, protocol=4)
+    write_truth(w.path, sd, {})
+
+
 def make_big(argv):
     import argparse
     ap = argparse.ArgumentParser()
@@ -481,6 +532,7 @@ if __name__ == "__main__":
         sd, opt, _ = make_torch2(sys.argv[1])
         make_rot13(sys.argv[1])
         make_hf_sharded(sys.argv[1], sd)
+        make_dcp_safetensors(sys.argv[1], sd)
         print("ok")
     else:
         print(__doc__)
