@@ -605,3 +605,26 @@ func TestOpenDatasetErrors(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFillSlot measures the daemon's per-batch work for the bench's
+// batch shape (4 × 1024, pad mode: input_ids, labels, attention_mask).
+func BenchmarkFillSlot(b *testing.B) {
+	dir := writeDataset(b, 2, 512, 1024, shard.ModePad, 0)
+	ds, err := OpenDataset(context.Background(), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ds.Close()
+	lay, err := NewLayout(8, 4, 1024, ModePad)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem := make([]byte, lay.TotalSize())
+	ss := &session{srv: &Server{ds: ds}}
+	runs := []Run{{0, 40, 4, 0}}
+	b.SetBytes(4 * 1024 * 4 * 3)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		ss.fillOne(&lay, mem, uint64(i), runs)
+	}
+}
