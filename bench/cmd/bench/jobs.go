@@ -109,15 +109,15 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 	if err != nil && why == "" {
 		why = "alpaca input: " + err.Error()
 	}
-	// quick: the first 400 records of the sample (~0.35 MB) and the first
-	// 512 KiB of the corpus; full: the sample cycled to 20 MB (or the real
+	// quick: the first 200 records of the sample (~0.17 MB) and the first
+	// 256 KiB of the corpus; full: the sample cycled to 20 MB (or the real
 	// Alpaca once) and the whole corpus (4.7 MB).
-	minBytes, corpusMax := int64(0), int64(512<<10)
+	minBytes, corpusMax := int64(0), int64(256<<10)
 	var recs []record
 	if src != nil {
 		recs = src.recs
 		if e.c.mode == "quick" {
-			recs = recs[:min(400, len(recs))]
+			recs = recs[:min(200, len(recs))]
 		}
 	}
 	if e.c.mode == "full" {

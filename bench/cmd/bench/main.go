@@ -181,9 +181,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if r.Status == harness.StatusOK {
-			logf("  %s: ferry %s, anchor %s, speed-up %s", j.Name,
+			logf("  %s: ferry %s, anchor %s, ferry advantage %s (%.0f s)", j.Name,
 				harness.FormatValue(r.Ferry.Value.Median, j.Metric.Unit),
-				harness.FormatValue(r.Anchor.Value.Median, j.Metric.Unit), harness.FormatRatio(r.Ratio))
+				harness.FormatValue(r.Anchor.Value.Median, j.Metric.Unit), harness.FormatRatio(r.Ratio), r.ElapsedS)
 		} else if r.Status == harness.StatusFailed {
 			failed++
 		}

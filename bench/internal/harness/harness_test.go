@@ -251,6 +251,9 @@ func TestRunJobPairing(t *testing.T) {
 	if len(r.Ferry.Samples) != 3 || len(r.Anchor.Samples) != 3 {
 		t.Errorf("samples %d %d, want 3 3", len(r.Ferry.Samples), len(r.Anchor.Samples))
 	}
+	if r.ElapsedS <= 0 {
+		t.Errorf("elapsed %v, want > 0", r.ElapsedS)
+	}
 	if !strings.Contains(log.String(), "pair 3/3") {
 		t.Errorf("log lacks progress: %q", log.String())
 	}

@@ -117,7 +117,7 @@ type Options struct {
 // that fails: the failure is the result's Status and Reason, so that one
 // broken job does not hide the others. Only a cancelled ctx stops it early
 // with ctx's error.
-func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
+func RunJob(ctx context.Context, j Job, o Options) (res JobResult, err error) {
 	if j.NoWarmup {
 		o.Warmup = 0
 	}
@@ -151,7 +151,7 @@ func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
 		}
 	}
 	start := time.Now()
-	defer func() { r.ElapsedS = time.Since(start).Seconds() }()
+	defer func() { res.ElapsedS = time.Since(start).Seconds() }()
 
 	// runPair runs ferry then (unless SameRun) the anchor.
 	runPair := func() (f, a Sample, err error) {
@@ -228,7 +228,6 @@ func RunJob(ctx context.Context, j Job, o Options) (JobResult, error) {
 		logf("  %s: pair %d/%d: ferry %s, anchor %s", j.Name, i+1, o.Pairs,
 			FormatValue(fx, j.Metric.Unit), FormatValue(ax, j.Metric.Unit))
 	}
-	var err error
 	if r.Ferry.Value, err = Summarize(fv); err != nil {
 		return fail(err)
 	}
