@@ -23,8 +23,9 @@ import (
 const usage = `usage: ferry-serve --data DIR|s3://BUCKET/PREFIX [flags]
 
 Serves the shards of a dataprep output to the training processes of this node
-over a Unix socket; each client (python: ferry.serve_client.ServeLoader, or
-ferry.Loader(..., serve=SOCKET)) gets a sealed shared-memory ring of batches.
+over a Unix socket; each client (python: ferry.serve_client.ServeLoader, the
+same API as ferry.Loader) gets a sealed shared-memory ring of batches.
+Run one per node before the trainers start; --ranks names the node's ranks.
 
 Examples:
   ferry-serve --data out/alpaca --ranks 0-7 --socket /tmp/ferry.sock

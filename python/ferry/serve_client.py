@@ -9,8 +9,9 @@ shuffling, ``state_dict()``/``load_state_dict()``, resume on another world
 size and :class:`ferry.DataLoader` all work the same, and a state saved by one
 resumes the other)::
 
-    # on each node:  ferry-serve --data /vol/alpaca-qwen --socket /tmp/ferry.sock &
-    loader = ferry.ServeLoader("/tmp/ferry.sock", batch_size=4)
+    # on each node:  ferry-serve --data /vol/alpaca-qwen --ranks 0-7 --socket /tmp/ferry.sock &
+    from ferry.serve_client import ServeLoader
+    loader = ServeLoader("/tmp/ferry.sock", batch_size=4)   # rank/world size as for ferry.Loader
     for batch in loader:
         batch = ferry.to_device(batch, device)
 
