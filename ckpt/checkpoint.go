@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 )
+
+var perRankMetadataRE = regexp.MustCompile(`^__[0-9]+\.metadata$`)
 
 // Input formats recognised by Open.
 const (
@@ -98,6 +101,13 @@ func Open(ctx context.Context, src Source, opts ...OpenOption) (*Checkpoint, err
 			return nil, err
 		}
 	case errors.Is(err, fs.ErrNotExist):
+		if names, lerr := src.List(ctx); lerr == nil {
+			for _, n := range names {
+				if perRankMetadataRE.MatchString(n) {
+					return nil, fmt.Errorf("%s: %w: per-rank metadata files (%s, torch's no-collectives save) instead of one .metadata", src, ErrUnsupported, n)
+				}
+			}
+		}
 		c.Format = FormatSafetensorsShards
 		if err := c.openSTShards(ctx); err != nil {
 			return nil, err

@@ -240,10 +240,21 @@ func TestSIGKILLLeavesNoCompleteLookingOutput(t *testing.T) {
 	// how long does a whole run take?
 	out := t.TempDir()
 	start := time.Now()
-	if b, err := exec.Command(bin, append(args, out)...).CombinedOutput(); err != nil {
+	b, err := exec.Command(bin, append([]string{"--json"}, append(args, out)...)...).Output()
+	if err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
 	full := time.Since(start)
+	// memory is bounded by the buffers, not by the 64 MiB of tensors
+	var sum struct {
+		PeakRSS int64 `json:"peak_rss_bytes"`
+	}
+	if err := json.Unmarshal(b, &sum); err != nil || sum.PeakRSS == 0 {
+		t.Fatalf("no peak_rss_bytes in --json output (%v):\n%s", err, b)
+	}
+	if sum.PeakRSS > 32<<20 {
+		t.Errorf("peak RSS %d bytes merging 64 MiB with 64 KiB buffers, want < 32 MiB", sum.PeakRSS)
+	}
 	checkNoPartialOutput(t, out, true)
 	killed := 0
 	for i := 0; i < 8; i++ {

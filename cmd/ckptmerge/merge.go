@@ -216,7 +216,8 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 			Input  string `json:"input"`
 			Format string `json:"format"`
 			*ckpt.Result
-		}{dir, ck.Format, res})
+			PeakRSS int64 `json:"peak_rss_bytes,omitempty"`
+		}{dir, ck.Format, res, peakRSS()})
 	}
 	if !c.quiet {
 		printSummary(stderr, dir, res, total)
@@ -256,6 +257,26 @@ func printSummary(w io.Writer, dir string, res *ckpt.Result, total int64) {
 		fmt.Fprintf(w, "ckptmerge: verified %d tensors against the source (sha256 per tensor with --json)\n", len(res.Tensors))
 	}
 	fmt.Fprintf(w, "ckptmerge: wrote %s\n", strings.Join(names, ", "))
+}
+
+// peakRSS returns this process's peak resident set size (VmHWM of
+// /proc/self/status), or 0 where it is not available. Unlike ru_maxrss it
+// does not include the parent's memory image from before exec.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
 }
 
 func human(n int64) string {
