@@ -91,7 +91,7 @@ def test_torchrun_example_end_to_end(tmp_path):
     ckptmerge = tool("cmd/ckptmerge", str(bindir))
 
     data = tmp_path / "data"
-    run([dataprep, "--input", ALPACA, "--tokenizer", TOKENIZER, "--seq-len", "64", "--ranks", "2",
+    run([dataprep, "--input", ALPACA, "--tokenizer", TOKENIZER, "--eos", "<|endoftext|>", "--seq-len", "64", "--ranks", "2",
          "--out", str(data)])
     with open(data / "manifest.json") as f:
         m = json.load(f)
@@ -134,7 +134,7 @@ def test_torchrun_example_end_to_end(tmp_path):
 
     # Restart on one rank: resumes from step 20 with the saved sample order.
     r = torchrun(1, common + ["--max-steps", "23"], tmp_path)
-    assert "resumed from" in r.stdout and "at step 20 (saved with world size 2, now 1)" in r.stdout
+    assert "resumed from" in r.stdout and "at step 20 (saved with world size 2, now 1;" in r.stdout
     with open(metrics) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == list(range(1, 21)) + [21, 22, 23]
@@ -150,7 +150,7 @@ def test_ray_example_worker_mode_on_cpu(make_shards, tmp_path):
     example = os.path.join(REPO, "examples", "ray-train", "train_ray.py")
     r = run([sys.executable, TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
              example, "--worker", "--cpu", "--data-dir", data, "--checkpoint-dir", str(ckpt), "--batch-size", "2",
-             "--max-steps", "6", "--vocab-size", "51000"], cwd=tmp_path, env=env)
+             "--max-steps", "6"], cwd=tmp_path, env=env)
     steps = [json.loads(line)["step"] for line in r.stdout.splitlines() if line.startswith("{")]
     assert steps == [1, 2, 3, 4, 5, 6]
     with open(ckpt / "latest.json") as f:
