@@ -31,15 +31,14 @@ const maxManifestSize = 256 << 20
 
 // manifest is the part of manifest.json the daemon needs.
 type manifest struct {
-	Format      string          `json:"format"`
-	Version     int             `json:"version"`
-	SeqLen      int             `json:"seq_len"`
-	Mode        string          `json:"mode"`
-	Ranks       int             `json:"ranks"`
-	RowsPerRank int64           `json:"rows_per_rank"`
-	BatchRows   int64           `json:"batch_rows"`
-	Files       []manifestFile  `json:"files"`
-	raw         json.RawMessage `json:"-"`
+	Format      string         `json:"format"`
+	Version     int            `json:"version"`
+	SeqLen      int            `json:"seq_len"`
+	Mode        string         `json:"mode"`
+	Ranks       int            `json:"ranks"`
+	RowsPerRank int64          `json:"rows_per_rank"`
+	BatchRows   int64          `json:"batch_rows"`
+	Files       []manifestFile `json:"files"`
 }
 
 type manifestFile struct {

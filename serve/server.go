@@ -223,15 +223,7 @@ func (ss *session) drain() {
 	}
 }
 
-// clientError is an error to report to the client with a code.
-type clientError struct {
-	code uint32
-	err  error
-}
-
-func (e *clientError) Error() string { return e.err.Error() }
-func (e *clientError) Unwrap() error { return e.err }
-
+// fail reports err to the client with code, ends the session and returns err.
 func (ss *session) fail(code uint32, err error) error {
 	ss.abort(code, "ferry-serve: "+err.Error())
 	return err
