@@ -136,7 +136,13 @@ def build_model(args, local_rank, device):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_name)
-    model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16)
+    kwargs = {}
+    if ferry.read_manifest(args.data_dir).mode == "pack":
+        # Packed rows: position_ids restart at every example, and only the
+        # flash-attention-2 path uses them to keep examples apart (as with
+        # HF's DataCollatorWithFlattening); needs the flash-attn package.
+        kwargs["attn_implementation"] = "flash_attention_2"
+    model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16, **kwargs)
     model.config.use_cache = False  # incompatible with gradient checkpointing / FSDP training
     model.gradient_checkpointing_enable()
     # Shard each transformer block independently so no single GPU holds the full model.
