@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/shm"
 	"github.com/ferryml/ferry/internal/storage"
+	"github.com/ferryml/ferry/shard"
 )
 
 // ErrCorrupt marks a dataset (manifest or shard file) that breaks the shard
@@ -165,6 +167,13 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 	if err != nil {
 		return nil, err
 	}
+	// The shard package's own validation of the manifest, and below of
+	// every mapped file against it (Arrow structure, schema metadata,
+	// buffer offsets), backs the offsets this package copies from.
+	sm, err := shard.DecodeManifest(mloc, bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	if len(ranks) == 0 {
 		for r := range m.Ranks {
 			ranks = append(ranks, r)
@@ -222,6 +231,14 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 			return nil, err
 		}
 		d.files[r] = f
+		ar, err := shard.NewMappedReader(p, f.data)
+		if err == nil {
+			err = sm.VerifyFile(ar, r)
+			ar.Close() // does not unmap: the data is ours
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 	}
 	d.info, err = infoJSON(raw, ranks)
 	if err != nil {

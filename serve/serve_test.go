@@ -585,6 +585,11 @@ func TestOpenDatasetErrors(t *testing.T) {
 			file0(m)["batches"].([]any)[0].(map[string]any)["buffers"].(map[string]any)["labels"].(map[string]any)["offset"] = 1 << 30
 		}), nil, false, ErrCorrupt, `buffer "labels"`},
 		{"rank out of range", func(string) {}, []int{2}, false, nil, "ranks 0..1"},
+		// In range and aligned, so only the Arrow cross-check can tell.
+		{"swapped buffers", editManifest(func(m map[string]any) {
+			bufs := file0(m)["batches"].([]any)[0].(map[string]any)["buffers"].(map[string]any)
+			bufs["labels"], bufs["input_ids"] = bufs["input_ids"], bufs["labels"]
+		}), nil, false, shard.ErrMismatch, "buffer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
