@@ -113,9 +113,20 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sink, err)
 	}
+	var cfgNames map[string]bool
+	if o.ConfigFrom != nil {
+		names, err := o.ConfigFrom.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.ConfigFrom, err)
+		}
+		cfgNames = map[string]bool{}
+		for _, n := range names {
+			cfgNames[n] = true
+		}
+	}
 	var old []string
 	for _, n := range existing {
-		if n == IndexName || modelFileRE.MatchString(n) {
+		if n == IndexName || modelFileRE.MatchString(n) || (cfgNames[n] && slicesContains(ConfigFiles, n)) {
 			old = append(old, n)
 		}
 	}
@@ -154,7 +165,7 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 			keep[f.Name] = true
 		}
 		for _, n := range old {
-			if n != IndexName && !keep[n] {
+			if n != IndexName && !keep[n] && modelFileRE.MatchString(n) {
 				if err := sink.Remove(ctx, n); err != nil {
 					return nil, fmt.Errorf("%s/%s: %w", sink, n, err)
 				}
@@ -188,6 +199,15 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 	res.Seconds = time.Since(start).Seconds()
 	ok = true
 	return res, nil
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 func writeSmall(ctx context.Context, sink Sink, name string, data []byte, overwrite bool) error {

@@ -295,3 +295,28 @@ func mustRename(t *testing.T, s string) Rename {
 }
 
 var _ = io.EOF
+
+func TestExistingConfigNeedsForce(t *testing.T) {
+	dir := filepath.Join(fixtureRoot, "torch-1.13", "fsdp1-bf16-ws2")
+	ck, err := OpenDir(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	cfg, out := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(cfg, "config.json"), []byte("new"), 0o644)
+	os.WriteFile(filepath.Join(out, "config.json"), []byte("old"), 0o644)
+	_, err = Merge(context.Background(), ck, planFor(t, ck, PlanOptions{}), DirSink(out), MergeOptions{ConfigFrom: DirSource(cfg)})
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("err = %v, want ErrExists", err)
+	}
+	if got := listDir(t, out); fmt.Sprint(got) != "[config.json]" {
+		t.Fatalf("refused merge wrote %v", got)
+	}
+	if _, err := Merge(context.Background(), ck, planFor(t, ck, PlanOptions{}), DirSink(out), MergeOptions{ConfigFrom: DirSource(cfg), Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "config.json")); string(b) != "new" {
+		t.Fatalf("config.json = %q after --force", b)
+	}
+}
