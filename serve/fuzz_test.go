@@ -2,7 +2,10 @@ package serve
 
 import (
 	"bytes"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"os"
 	"testing"
 )
 
@@ -47,6 +50,19 @@ func FuzzParseMsg(f *testing.F) {
 	f.Add(AppendPlan(nil, []Run{{1, 10, 4, RunContinues}, {3, 4, 1, 0}}))
 	f.Add(AppendError(nil, CodeShutdown, "bye"))
 	f.Add([]byte{})
+	// Seeds from the golden file too: the encodings both clients agree on.
+	if b, err := os.ReadFile(goldenPath); err == nil {
+		var doc struct {
+			Messages map[string]struct{ Hex string } `json:"messages"`
+		}
+		if json.Unmarshal(b, &doc) == nil {
+			for _, m := range doc.Messages {
+				if raw, err := hex.DecodeString(m.Hex); err == nil {
+					f.Add(raw)
+				}
+			}
+		}
+	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, p, err := ParseMsg(msg)
 		if err != nil {
