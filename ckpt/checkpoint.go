@@ -209,8 +209,15 @@ func (c *Checkpoint) locateDCP(ctx context.Context, cfg *openConfig) error {
 			}
 			// a SAFETENSORS-serialized item records the blob start as its
 			// offset and numel*itemsize as its length: peek past the length
+			var er *edgeReader
 			var head [9]byte
-			if f.Size()-base >= 9 {
+			if length >= 9 {
+				var err error
+				if er, err = newEdgeReader(io.NewSectionReader(f, base, length), length); err != nil {
+					return fmt.Errorf("%s: %w", where, err)
+				}
+				copy(head[:], er.head)
+			} else if f.Size()-base >= 9 {
 				if _, err := f.ReadAt(head[:], base); err != nil {
 					return fmt.Errorf("%s: %w", where, err)
 				}
@@ -236,7 +243,11 @@ func (c *Checkpoint) locateDCP(ctx context.Context, cfg *openConfig) error {
 					return fmt.Errorf("%s: %w", where, err)
 				}
 			} else {
-				tb, err := ReadTensorBlob(io.NewSectionReader(f, base, length), length, where)
+				var r io.ReaderAt = io.NewSectionReader(f, base, length)
+				if er != nil {
+					r = er
+				}
+				tb, err := ReadTensorBlob(r, length, where)
 				if err != nil {
 					return err
 				}
