@@ -2,6 +2,9 @@ package tokenize
 
 import (
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // bpeModel is a byte-level BPE model whose vocabulary is keyed by raw bytes
@@ -237,8 +240,65 @@ func growInt32(s []int32, n int) []int32 {
 type state struct {
 	scratch
 	cache *ptCache
+	home  uint32 // its shard in the statePool
 }
 
 func newState() *state {
 	return &state{cache: newPTCache()}
+}
+
+// statePool keeps idle states. Unlike sync.Pool it never drops them (a GC
+// would empty the caches, and the race detector drops items on purpose), so a
+// warm AppendEncode does not allocate. It is sharded to keep goroutines from
+// contending on one lock. It holds at most as many states as were in use at once.
+type statePool struct {
+	next   atomic.Uint32
+	shards []stateShard
+}
+
+type stateShard struct {
+	mu   sync.Mutex
+	n    atomic.Int32 // len(free), readable without the lock
+	free []*state
+	_    [32]byte // keep shards on separate cache lines
+}
+
+func (p *statePool) init() {
+	n := 1
+	for n < 2*runtime.GOMAXPROCS(0) {
+		n *= 2
+	}
+	p.shards = make([]stateShard, n)
+}
+
+func (p *statePool) get() *state {
+	mask := uint32(len(p.shards) - 1)
+	start := p.next.Add(1)
+	for k := uint32(0); k <= mask; k++ {
+		i := (start + k) & mask
+		sh := &p.shards[i]
+		if sh.n.Load() == 0 {
+			continue
+		}
+		sh.mu.Lock()
+		if n := len(sh.free); n > 0 {
+			st := sh.free[n-1]
+			sh.free = sh.free[:n-1]
+			sh.n.Store(int32(n - 1))
+			sh.mu.Unlock()
+			return st
+		}
+		sh.mu.Unlock()
+	}
+	st := newState()
+	st.home = start & mask
+	return st
+}
+
+func (p *statePool) put(st *state) {
+	sh := &p.shards[st.home]
+	sh.mu.Lock()
+	sh.free = append(sh.free, st)
+	sh.n.Store(int32(len(sh.free)))
+	sh.mu.Unlock()
 }

@@ -51,7 +51,7 @@ type Tokenizer struct {
 	joinDecode bool             // no decoder: Decode joins tokens with spaces, as HF
 
 	special Special
-	states  sync.Pool // *state
+	states  statePool
 }
 
 // preStage is one step of the pre-tokenizer.
@@ -74,7 +74,7 @@ func (t *Tokenizer) finish() {
 		t.special.EOSID = t.suffix[0]
 		t.special.EOS = t.tokens[t.suffix[0]]
 	}
-	t.states.New = func() any { return newState() }
+	t.states.init()
 }
 
 // Special returns the special tokens: from tokenizer_config.json when Load
@@ -129,11 +129,17 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 // Once the pre-token cache is warm and the text needs no normalization,
 // AppendEncode does not allocate (beyond growing dst). Safe for concurrent use.
 func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []int32 {
+	st := t.states.get()
+	dst = t.appendEncode(dst, text, addSpecial, st)
+	t.states.put(st)
+	return dst
+}
+
+func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *state) []int32 {
 	text = toValid(text)
 	if addSpecial {
 		dst = append(dst, t.prefix...)
 	}
-	sc := t.states.Get().(*state)
 	if t.rawTrie.empty() {
 		dst = t.appendNormalized(dst, text, sc)
 	} else {
@@ -153,7 +159,6 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []in
 			dst = t.appendNormalized(dst, text[prev:], sc)
 		}
 	}
-	t.states.Put(sc)
 	if addSpecial {
 		dst = append(dst, t.suffix...)
 	}
@@ -291,6 +296,8 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) []
 	threads = min(threads, (len(texts)+chunk-1)/chunk)
 	var next atomic.Int64
 	work := func() {
+		st := t.states.get()
+		defer t.states.put(st)
 		var buf []int32
 		for {
 			lo := int(next.Add(chunk)) - chunk
@@ -302,7 +309,7 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) []
 					buf = make([]int32, 0, max(1<<16, len(texts[i])+8))
 				}
 				start := len(buf)
-				buf = t.AppendEncode(buf, texts[i], addSpecial)
+				buf = t.appendEncode(buf, texts[i], addSpecial, st)
 				out[i] = buf[start:len(buf):len(buf)]
 			}
 		}

@@ -1,0 +1,336 @@
+// Command tokenize-bench measures ferry's tokenizer against Hugging Face
+// tokenizers (the Rust library, through its Node binding) side by side: the
+// same texts, the same thread count, runs alternating between the two.
+//
+//	go run ./bench/tokenize [-quick] [-threads 1,2] [-runs 5] [-alpaca-mb 20]
+//
+// Inputs: (a) the bundled Alpaca demo records formatted as the seed workloads
+// do ("### Instruction:\n...\n\n### Input:\n...\n\n### Response:\n...{eos}"),
+// repeated to -alpaca-mb MB; (b) the hard corpus corpus-dev.jsonl. For each
+// tokenizer (Qwen2.5, Llama-3.1), input and thread count it prints the median
+// MB/s (1e6 bytes of UTF-8 text per second) of each side by wall clock and
+// by process CPU time, and the ratio ferry/HF. HF runs as
+// `node bench/anchors/hf-tokenize.js --bench` with RAYON_NUM_THREADS=N;
+// ferry runs EncodeBatch in this process with N goroutines. Both time only
+// encoding (texts already in memory), after one warm-up pass. Needs node and
+// the npm package tokenizers@0.23.2 in $FERRY_NODE_MODULES (default
+// ~/.cache/ferry/npm/node_modules; FERRY_BENCH_DEPS=1 scripts/setup-test-deps
+// installs it). Run from the repository root.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferryml/ferry/tokenize"
+)
+
+type config struct {
+	quick     bool
+	threads   []int
+	runs      int
+	alpacaMB  float64
+	nodeMods  string
+	anchor    string
+	work      string
+	jsonOut   string
+	tokenizer string
+}
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "tokenize-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := config{}
+	fs := flag.NewFlagSet("tokenize-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	threads := fs.String("threads", "1,"+strconv.Itoa(runtime.NumCPU()), "comma-separated thread counts")
+	fs.BoolVar(&c.quick, "quick", false, "small inputs (2 MB of Alpaca, a quarter of the corpus) and 3 runs")
+	fs.IntVar(&c.runs, "runs", 5, "timed runs per side after one warm-up")
+	fs.Float64Var(&c.alpacaMB, "alpaca-mb", 20, "size of the repeated Alpaca input in MB")
+	home, _ := os.UserHomeDir()
+	def := os.Getenv("FERRY_NODE_MODULES")
+	if def == "" {
+		def = filepath.Join(home, ".cache", "ferry", "npm", "node_modules")
+	}
+	fs.StringVar(&c.nodeMods, "node-modules", def, "npm `dir` holding tokenizers")
+	fs.StringVar(&c.anchor, "anchor", filepath.Join("bench", "anchors", "hf-tokenize.js"), "the HF anchor script")
+	fs.StringVar(&c.work, "work", "", "scratch `dir` (default: a temporary directory)")
+	fs.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to `file`")
+	fs.StringVar(&c.tokenizer, "tokenizer", "", "only this tokenizer (qwen2.5 or llama3.1)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, f := range strings.Split(*threads, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad -threads %q", *threads)
+		}
+		c.threads = append(c.threads, n)
+	}
+	if c.quick {
+		c.runs = min(c.runs, 3)
+		c.alpacaMB = min(c.alpacaMB, 2)
+	}
+	if _, err := os.Stat(filepath.Join(c.nodeMods, "tokenizers")); err != nil {
+		return fmt.Errorf("HF tokenizers is not installed in %s (FERRY_BENCH_DEPS=1 scripts/setup-test-deps): %w", c.nodeMods, err)
+	}
+	if c.work == "" {
+		dir, err := os.MkdirTemp("", "ferry-tokenize-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		c.work = dir
+	}
+	var results []result
+	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>"}
+	fmt.Fprintf(stdout, "%-9s %-7s %7s %3s | %12s %12s | %12s %12s | %8s %8s\n",
+		"tokenizer", "input", "MB", "thr", "ferry MB/s", "HF MB/s", "ferry MB/cpu", "HF MB/cpu", "wall x", "cpu x")
+	for _, name := range []string{"qwen2.5", "llama3.1"} {
+		if c.tokenizer != "" && c.tokenizer != name {
+			continue
+		}
+		dir, err := unpackTokenizer(name, c.work)
+		if err != nil {
+			return err
+		}
+		tok, err := tokenize.Load(dir)
+		if err != nil {
+			return err
+		}
+		alpaca, err := alpacaTexts(eos[name], c.alpacaMB)
+		if err != nil {
+			return err
+		}
+		corpus, err := corpusTexts(c.quick)
+		if err != nil {
+			return err
+		}
+		for _, in := range []struct {
+			name  string
+			texts []string
+		}{{"alpaca", alpaca}, {"corpus", corpus}} {
+			file := filepath.Join(c.work, name+"-"+in.name+".jsonl")
+			if err := writeJSONL(file, in.texts); err != nil {
+				return err
+			}
+			for _, th := range c.threads {
+				r, err := measure(ctx, c, tok, dir, file, in.texts, th)
+				if err != nil {
+					return err
+				}
+				r.Tokenizer, r.Input = name, in.name
+				results = append(results, r)
+				fmt.Fprintf(stdout, "%-9s %-7s %7.1f %3d | %12.1f %12.2f | %12.1f %12.2f | %7.1fx %7.1fx\n",
+					name, in.name, float64(r.Bytes)/1e6, th, r.FerryMBs, r.HFMBs, r.FerryMBCPU, r.HFMBCPU,
+					r.FerryMBs/r.HFMBs, r.FerryMBCPU/r.HFMBCPU)
+			}
+		}
+	}
+	if c.jsonOut != "" {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type result struct {
+	Tokenizer, Input string
+	Threads          int
+	Bytes            int64
+	Tokens           int64
+	FerryMBs         float64 `json:"ferry_mb_per_s"`
+	HFMBs            float64 `json:"hf_mb_per_s"`
+	FerryMBCPU       float64 `json:"ferry_mb_per_cpu_s"`
+	HFMBCPU          float64 `json:"hf_mb_per_cpu_s"`
+}
+
+// measure alternates: HF (a node process that warms up and times c.runs
+// runs), then ferry's warm-up and c.runs runs, and repeats this twice; the
+// medians of all runs of each side are compared.
+func measure(ctx context.Context, c config, tok *tokenize.Tokenizer, dir, file string, texts []string, threads int) (result, error) {
+	var bytes int64
+	for _, s := range texts {
+		bytes += int64(len(s))
+	}
+	r := result{Threads: threads, Bytes: bytes}
+	var fw, fc, hw, hc []float64
+	for round := 0; round < 2; round++ {
+		w, cpu, err := hfBench(ctx, c, dir, file, threads, max(1, c.runs/2))
+		if err != nil {
+			return r, err
+		}
+		hw, hc = append(hw, w...), append(hc, cpu...)
+		tok.EncodeBatch(texts, true, threads) // warm-up
+		for i := 0; i < max(1, c.runs/2); i++ {
+			c0, t0 := cpuSeconds(), time.Now()
+			out := tok.EncodeBatch(texts, true, threads)
+			fw = append(fw, time.Since(t0).Seconds())
+			fc = append(fc, cpuSeconds()-c0)
+			if r.Tokens == 0 {
+				for _, ids := range out {
+					r.Tokens += int64(len(ids))
+				}
+			}
+		}
+	}
+	mb := float64(bytes) / 1e6
+	r.FerryMBs, r.FerryMBCPU = mb/median(fw), mb/median(fc)
+	r.HFMBs, r.HFMBCPU = mb/median(hw), mb/median(hc)
+	return r, nil
+}
+
+func hfBench(ctx context.Context, c config, dir, file string, threads, runs int) (wall, cpu []float64, err error) {
+	cmd := exec.CommandContext(ctx, "node", c.anchor, "--tokenizer", dir, "--bench", "--runs", strconv.Itoa(runs), "--warmup", "1", file)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+c.nodeMods, "RAYON_NUM_THREADS="+strconv.Itoa(threads))
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, stderr.String())
+	}
+	var v struct {
+		RunsS     []float64 `json:"runs_s"`
+		MedianCPU float64   `json:"median_cpu_s"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &v); err != nil || len(v.RunsS) == 0 {
+		return nil, nil, fmt.Errorf("HF anchor printed %q", out.String())
+	}
+	for range v.RunsS {
+		cpu = append(cpu, v.MedianCPU)
+	}
+	return v.RunsS, cpu, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func readZstd(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	d, err := zstd.NewReader(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.DecodeAll(raw, nil)
+}
+
+// unpackTokenizer writes testdata/tokenizers/NAME uncompressed (HF's Node
+// binding reads only a plain tokenizer.json) and returns the directory.
+func unpackTokenizer(name, work string) (string, error) {
+	src := filepath.Join("testdata", "tokenizers", name)
+	dst := filepath.Join(work, name)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
+	b, err := readZstd(filepath.Join(src, "tokenizer.json.zst"))
+	if err != nil {
+		return "", fmt.Errorf("run from the repository root: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "tokenizer.json"), b, 0o644); err != nil {
+		return "", err
+	}
+	cfg, err := os.ReadFile(filepath.Join(src, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if cfg != nil {
+		if err := os.WriteFile(filepath.Join(dst, "tokenizer_config.json"), cfg, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dst, nil
+}
+
+// alpacaTexts formats the bundled Alpaca demo as the seeds do, repeated to mb MB.
+func alpacaTexts(eos string, mb float64) ([]string, error) {
+	b, err := readZstd(filepath.Join("testdata", "alpaca", "alpaca_en_demo.json.zst"))
+	if err != nil {
+		return nil, err
+	}
+	var recs []struct{ Instruction, Input, Output string }
+	if err := json.Unmarshal(b, &recs); err != nil {
+		return nil, err
+	}
+	var one []string
+	for _, r := range recs {
+		s := "### Instruction:\n" + r.Instruction + "\n\n"
+		if r.Input != "" {
+			s += "### Input:\n" + r.Input + "\n\n"
+		}
+		one = append(one, s+"### Response:\n"+r.Output+eos)
+	}
+	var out []string
+	size := 0
+	for size < int(mb*1e6) {
+		for _, s := range one {
+			out = append(out, s)
+			size += len(s)
+		}
+	}
+	return out, nil
+}
+
+func corpusTexts(quick bool) ([]string, error) {
+	b, err := readZstd(filepath.Join("testdata", "tokenizers", "corpus-dev.jsonl.zst"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		var v struct{ Text string }
+		if err := json.Unmarshal(line, &v); err != nil {
+			return nil, fmt.Errorf("corpus-dev.jsonl: line %d: %v", i+1, err)
+		}
+		if !quick || i%4 == 0 {
+			out = append(out, v.Text)
+		}
+	}
+	return out, nil
+}
+
+func writeJSONL(path string, texts []string) error {
+	var b bytes.Buffer
+	for _, s := range texts {
+		j, _ := json.Marshal(map[string]string{"text": s})
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
