@@ -526,3 +526,34 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func FuzzManifest(f *testing.F) {
+	dir := f.TempDir()
+	src, err := NewExampleSource(Layout{SeqLen: 8, Mode: ModePack, Labels: LabelsMaskPad}, synth(30, 2))
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 8, Mode: ModePack, Labels: LabelsMaskPad, Ranks: 2, BatchRows: 3}, src); err != nil {
+		f.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := DecodeManifest("fuzz.json", bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		// A valid manifest names only shard files inside its directory.
+		for i, fe := range m.Files {
+			if fe.Path != FileName(i, m.Ranks) {
+				t.Fatalf("accepted path %q", fe.Path)
+			}
+		}
+	})
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/ferryml/ferry/internal/storage"
 )
@@ -42,7 +43,11 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dataprep: interrupted; no result was written")
 		return 130
 	}
-	fmt.Fprintln(stderr, "dataprep:", err)
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "dataprep") {
+		msg = "dataprep: " + msg
+	}
+	fmt.Fprintln(stderr, msg)
 	return 1
 }
 

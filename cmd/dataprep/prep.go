@@ -165,6 +165,9 @@ type summary struct {
 	Seconds          float64 `json:"seconds"`
 	MBPerSec         float64 `json:"mb_per_s"`
 	Workers          int     `json:"workers"`
+	ReadSeconds      float64 `json:"read_s"`     // read + parse the input, load the tokenizer (overlapped)
+	TokenizeSeconds  float64 `json:"tokenize_s"` // format + tokenize
+	WriteSeconds     float64 `json:"write_s"`    // pack, shuffle, write, verify, manifest
 }
 
 func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -203,8 +206,17 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		tok, err = loadTokenizer(c.tokenizer)
 		return err
 	})
-	if err := g.Wait(); err != nil {
-		return err
+	// Parsing and loading do not watch ctx: on an interrupt, return at once
+	// (the process exits; nothing has been written yet).
+	loaded := make(chan error, 1)
+	go func() { loaded <- g.Wait() }()
+	select {
+	case err := <-loaded:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 	if n := badCount.Load(); n > 5 {
 		prog.logf("skipped %d bad records in all (first 5 shown)", n)
@@ -231,11 +243,13 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%s: no usable records (%d skipped)", c.input, res.Skipped)
 	}
 
+	tRead := time.Now()
 	prog.phase("tokenize", int64(len(res.Records)))
 	exs, st, err := enc.encodeAll(ctx, res, c.workers, prog)
 	if err != nil {
 		return err
 	}
+	tTok := time.Now()
 	layout := shard.Layout{SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, PadID: sp.padID}
 	src, err := shard.NewExampleSource(layout, exs)
 	if err != nil {
@@ -289,6 +303,7 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		RecordsRead: m.Stats.RecordsRead, RecordsSkipped: m.Stats.RecordsSkipped, RecordsTruncated: m.Stats.RecordsTruncated,
 		RecordsSplit: m.Stats.RecordsSplit, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
 		InputBytes: res.RawBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(res.Bytes) / 1e6 / secs, Workers: c.workers,
+		ReadSeconds: tRead.Sub(t0).Seconds(), TokenizeSeconds: tTok.Sub(tRead).Seconds(), WriteSeconds: time.Since(tTok).Seconds(),
 	}
 	if c.jsonOut {
 		b, _ := json.Marshal(s)
@@ -322,7 +337,8 @@ func printSummary(w io.Writer, s *summary, m *shard.Manifest) {
 	fmt.Fprintf(w, "  rows      %d unique, %d ranks × %d rows of %d tokens (%s, labels %s)%s\n",
 		s.UniqueRows, s.Ranks, s.RowsPerRank, s.SeqLen, s.Mode, s.Labels, extra)
 	fmt.Fprintf(w, "  output    %d files, %.1f MB\n", s.Ranks, float64(s.OutputBytes)/1e6)
-	fmt.Fprintf(w, "  time      %.2f s, %.1f MB/s of input, %d workers\n", s.Seconds, s.MBPerSec, s.Workers)
+	fmt.Fprintf(w, "  time      %.2f s (read %.2f, tokenize %.2f, write %.2f), %.1f MB/s of input, %d workers\n",
+		s.Seconds, s.ReadSeconds, s.TokenizeSeconds, s.WriteSeconds, s.MBPerSec, s.Workers)
 }
 
 // specials are the resolved special tokens of a run.

@@ -285,3 +285,22 @@ func FuzzParse(f *testing.F) {
 func validUTF8Record(r Record) bool {
 	return !strings.ContainsRune(r.Instruction+r.Input+r.Output, '\uFFFD')
 }
+
+func FuzzTemplate(f *testing.F) {
+	f.Add(AlpacaTemplate)
+	f.Add("{bos}{{x}} {?input}{input}{/input}{output}{eos}")
+	f.Fuzz(func(t *testing.T, text string) {
+		tm, err := ParseTemplate(text)
+		if err != nil {
+			if !errors.Is(err, ErrTemplate) {
+				t.Fatalf("error %v does not wrap ErrTemplate", err)
+			}
+			return
+		}
+		rec := Record{Instruction: "I", Input: "N", Output: "O"}
+		out, p := tm.Append(nil, &rec, "<b>", "<e>")
+		if p < 0 || p > len(out) || !strings.HasPrefix(string(out[p:]), "O") {
+			t.Fatalf("prompt length %d in %q: the output does not start there", p, out)
+		}
+	})
+}
