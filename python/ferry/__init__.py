@@ -9,6 +9,10 @@ Public API:
   rank's batches as zero-copy tensor views of the mapped shard files, with
   per-epoch reshuffle, ``state_dict()``/``load_state_dict()`` exact resume,
   also onto a different world size.
+* :class:`ServeLoader` - the same feed from the node's ``ferry-serve``
+  daemon; ``Loader(path, batch_size, ..., serve=SOCKET)`` returns one, so a
+  trainer switches with one argument. Its errors: :class:`ServeError`,
+  :class:`DaemonGone` (the daemon exited or was killed).
 * :class:`DataLoader` - ``torch.utils.data.DataLoader`` over a Loader that
   keeps the resume point exact with worker processes.
 * :func:`to_device` - ``.to(device, non_blocking=True)`` + int64 ids on the
@@ -22,9 +26,11 @@ from .dist import DistInfo, resolve as resolve_dist
 from .errors import FerryError, ManifestError, MissingManifestError, MissingShardError, ShardError, StateError
 from .loader import DataLoader, Loader, to_device
 from .order import EpochOrder
+from .serve_client import DaemonGone, ServeError, ServeLoader
 from .shards import Manifest, ShardFile, ShardSet, read_manifest
 
 __all__ = [
+    "DaemonGone",
     "DataLoader",
     "DistInfo",
     "EpochOrder",
@@ -36,6 +42,8 @@ __all__ = [
     "MissingShardError",
     "ShardError",
     "ShardFile",
+    "ServeError",
+    "ServeLoader",
     "ShardSet",
     "StateError",
     "read_manifest",

@@ -80,8 +80,34 @@ def _mask_table(L):
     return t
 
 
-class Loader(torch.utils.data.IterableDataset):
+class _LoaderMeta(type(torch.utils.data.IterableDataset)):
+    """``Loader(..., serve=SOCKET)`` builds the daemon-fed loader instead."""
+
+    def __call__(cls, *args, serve=None, **kwargs):
+        if serve is None or serve is False:
+            return super().__call__(*args, **kwargs)
+        if cls is not Loader:
+            raise TypeError(f"{cls.__name__} does not take serve=; use ferry.Loader(..., serve=SOCKET)")
+        from .serve_client import ServeLoader  # imports this module: import late
+
+        return ServeLoader.from_loader_args(serve, *args, **kwargs)
+
+
+class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
     """Yields this rank's batches of a dataprep output directory.
+
+    ``Loader(path, batch_size, ..., serve=SOCKET)`` returns a
+    :class:`ferry.ServeLoader` instead (a Loader subclass): the same batches
+    in the same order, with the same state, fed by the node's ``ferry-serve``
+    daemon listening on SOCKET (``serve=True``: ``$FERRY_SERVE_SOCKET`` or
+    /tmp/ferry-serve.sock) rather than by mapping the shards in this
+    process. ``path`` is then checked against the data set the daemon serves
+    when it is a local dataprep directory; ``slots`` and ``timeout`` go to
+    the ServeLoader; ``prefetch`` is the daemon's business and is ignored;
+    ``verify="sha256"`` is refused (start ``ferry-serve --verify``).
+    Differences to keep in mind: a served batch's tensors are views of a
+    ring slot that is refilled once the *next* batch is requested (clone a
+    batch to keep it longer; ``to_device`` to a GPU copies anyway).
 
     Args:
         path: the dataprep output directory (with manifest.json).

@@ -10,8 +10,8 @@ size and :class:`ferry.DataLoader` all work the same, and a state saved by one
 resumes the other)::
 
     # on each node:  ferry-serve --data /vol/alpaca-qwen --ranks 0-7 --socket /tmp/ferry.sock &
-    from ferry.serve_client import ServeLoader
-    loader = ServeLoader("/tmp/ferry.sock", batch_size=4)   # rank/world size as for ferry.Loader
+    loader = ferry.Loader("/vol/alpaca-qwen", 4, serve="/tmp/ferry.sock")  # a ServeLoader
+    # or: ferry.ServeLoader("/tmp/ferry.sock", batch_size=4)  (rank/world size as for ferry.Loader)
     for batch in loader:
         batch = ferry.to_device(batch, device)
 
@@ -55,7 +55,7 @@ import torch.utils.data
 from . import dist
 from .errors import FerryError
 from .loader import Loader
-from .shards import Manifest
+from .shards import Manifest, read_manifest
 
 VERSION = 1
 MSG_MAGIC = 0x53595246  # "FRYS"
@@ -576,6 +576,36 @@ class ServeLoader(Loader):
         if self.world_size == m.ranks and self.rank not in m.served_ranks:
             raise ServeError(f"{self.socket_path}: rank {self.rank}'s shard is not served by this daemon (it serves "
                              f"{m.served_ranks}); start it with --ranks covering this node's ranks", CODE_NOT_SERVED)
+
+    @classmethod
+    def from_loader_args(cls, serve, path, batch_size, *, verify="size", prefetch=True, **kwargs):
+        """``ferry.Loader(path, batch_size, ..., serve=serve)``: a ServeLoader
+        on socket ``serve`` (``True``: the default socket) taking the direct
+        loader's arguments. ``path`` (may be None) must name the data set
+        the daemon serves: when it is a local directory with a manifest,
+        its fingerprint is compared with the daemon's (an s3:// prefix or a
+        path this process cannot read is not checked)."""
+        if verify not in ("size", "sha256"):
+            raise ValueError(f"verify = {verify!r}, want 'size' or 'sha256'")
+        if verify == "sha256":
+            raise ValueError("verify='sha256' with serve=: the daemon maps the shards, so it checks them; "
+                             "start it with `ferry-serve --verify`")
+        sock = None if serve is True else os.fspath(serve)
+        loader = cls(sock, batch_size, **kwargs)
+        loader.path = None if path is None else os.fspath(path)
+        if loader.path is not None and os.path.isfile(os.path.join(loader.path, "manifest.json")):
+            try:
+                mine = read_manifest(loader.path)
+                if mine.fingerprint() != loader.manifest.fingerprint():
+                    raise ServeError(
+                        f"{loader.path}: ferry-serve at {loader.socket_path} serves another data set (manifest "
+                        f"fingerprint {loader.manifest.fingerprint()}, this directory has {mine.fingerprint()}): "
+                        "start the daemon with --data on this directory", CODE_NOT_SERVED
+                    )
+            except BaseException:
+                loader.close()
+                raise
+        return loader
 
     def _connect(self, worker):
         """This process's connection (a new one after fork: never share)."""

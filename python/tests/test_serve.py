@@ -450,3 +450,61 @@ def test_request_over_limit(make_shards, daemon):
     with pytest.raises(ServeError, match="max-client-bytes") as e:
         ServeLoader(d.sock, 64, rank=0, world_size=1, slots=8)
     assert e.value.code == sc.CODE_LIMIT
+
+
+# -- ferry.Loader(..., serve=) ------------------------------------------------------------------
+def test_loader_serve_argument(make_shards, daemon, monkeypatch):
+    """One argument switches a trainer to the daemon: same kwargs, same
+    batches, same order and state as the direct loader."""
+    data = make_shards(2, 61, seq_len=16, extra=("-batch-rows", "8"))
+    d = daemon(data)
+    assert ferry.ServeLoader is ServeLoader and ferry.ServeError is ServeError and ferry.DaemonGone is DaemonGone
+    kw = dict(rank=1, world_size=2, seed=3, drop_last=True, attention_mask=False)
+    direct = ferry.Loader(data, 4, **kw)
+    served = ferry.Loader(data, 4, serve=d.sock, prefetch=False, slots=3, **kw)
+    assert type(served) is ServeLoader and isinstance(served, ferry.Loader)
+    assert served.connection.slots == 3 and served.path == data and served.socket_path == d.sock
+    assert len(served) == len(direct) > 3
+    for epoch in (0, 1):
+        direct.set_epoch(epoch)
+        served.set_epoch(epoch)
+        n = 0
+        for a, b in zip([{k: v.clone() for k, v in b.items()} for b in direct], served):
+            same_batches(a, b, f"epoch {epoch} batch {n}")
+            n += 1
+        assert n == len(direct) and served.state_dict() == direct.state_dict()
+    served.close()
+
+    # serve=True: the socket from $FERRY_SERVE_SOCKET; path may be None.
+    monkeypatch.setenv("FERRY_SERVE_SOCKET", d.sock)
+    served = ferry.Loader(None, 4, serve=True, **kw)
+    assert served.socket_path == d.sock and served.path is None
+    b = next(iter(served))
+    same_batches(b, next(iter(direct)))
+    served.close()
+    # serve=None or False: the direct loader.
+    for off in (None, False):
+        assert type(ferry.Loader(data, 4, serve=off, **kw)) is ferry.Loader
+
+
+def test_loader_serve_argument_errors(make_shards, daemon, tmp_path):
+    data = make_shards(2, 40, seq_len=8)
+    other = make_shards(2, 41, seq_len=8)
+    d = daemon(data)
+    # A local path must name the data set the daemon serves.
+    with pytest.raises(ServeError, match="serves another data set") as e:
+        ferry.Loader(other, 4, rank=0, world_size=2, serve=d.sock)
+    assert e.value.code == sc.CODE_NOT_SERVED
+    # sha256 verification is the daemon's (--verify), not silently skipped.
+    with pytest.raises(ValueError, match="ferry-serve --verify"):
+        ferry.Loader(data, 4, rank=0, world_size=2, serve=d.sock, verify="sha256")
+    with pytest.raises(ValueError, match="verify"):
+        ferry.Loader(data, 4, rank=0, world_size=2, serve=d.sock, verify="md5")
+    # Serve-only arguments without serve= are refused by the direct loader.
+    with pytest.raises(TypeError):
+        ferry.Loader(data, 4, rank=0, world_size=2, slots=3)
+    with pytest.raises(TypeError, match="serve="):
+        ServeLoader(d.sock, 4, rank=0, world_size=2, serve=d.sock)
+    # No daemon on that socket: DaemonGone, naming the socket and the fix.
+    with pytest.raises(DaemonGone, match="no ferry-serve at .*nope.sock"):
+        ferry.Loader(data, 4, rank=0, world_size=2, serve=str(tmp_path / "nope.sock"))
