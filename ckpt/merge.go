@@ -383,10 +383,15 @@ func fillBox(bx box, dst []byte, scratch *[]byte) error {
 			m--
 		}
 		run := numel(sz[m:])
-		gstr := rowMajorStrides(g)
+		var gstrA, outerA, extA [maxDimsConst]int64
+		gstr := gstrA[:len(g)]
+		for d, n := len(g)-1, int64(1); d >= 0; d-- {
+			gstr[d] = n
+			n *= g[d]
+		}
 		// iterate outer indices over dims k..m-1 of the region
-		outer := make([]int64, m-k)
-		ext := make([]int64, m-k)
+		outer := outerA[:m-k]
+		ext := extA[:m-k]
 		for d := k; d < m; d++ {
 			if d == k {
 				ext[0] = hi - lo

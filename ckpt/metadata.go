@@ -84,8 +84,11 @@ var (
 		"torch.distributed.checkpoint.metadata",
 		"torch.distributed._shard.checkpoint.metadata",
 	}
-	maxDims = 64
+	maxDims = maxDimsConst
 )
+
+// maxDimsConst is the most dimensions a tensor may have.
+const maxDimsConst = 64
 
 func numel(shape []int64) int64 {
 	n := int64(1)
