@@ -421,3 +421,42 @@ func TestS3ServerGoneLeavesNothing(t *testing.T) {
 		t.Logf("server killed after %v: %d complete shard(s) left, no index", delay, len(infos))
 	}
 }
+
+// TestSIGINTExits130 interrupts a merge: exit status 130 and nothing left
+// in the output directory, not even temporary files.
+func TestSIGINTExits130(t *testing.T) {
+	bin := buildBinary(t)
+	src := t.TempDir()
+	writeSyntheticShards(t, src, 8, 512, 2048, 4) // 32 MiB
+	interrupted := 0
+	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
+		out := t.TempDir()
+		cmd := exec.Command(bin, "--no-kernel-copy", "--parallelism", "1", "--buffer-size", "16384", "--max-shard-size", "8MB", src, out)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// wait until the merge has started writing (its handler is set by then)
+		for start := time.Now(); len(mustReadDir(t, out)) == 0 && time.Since(start) < 10*time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(delay)
+		cmd.Process.Signal(os.Interrupt)
+		err := cmd.Wait()
+		if err == nil {
+			t.Logf("finished before the interrupt (delay %v)", delay)
+			continue
+		}
+		interrupted++
+		if code := cmd.ProcessState.ExitCode(); code != 130 {
+			t.Fatalf("exit %d after SIGINT, want 130\n%s", code, stderr.String())
+		}
+		if left := mustReadDir(t, out); len(left) != 0 {
+			t.Fatalf("interrupted merge left %v", left)
+		}
+	}
+	if interrupted == 0 {
+		t.Fatal("no run was interrupted")
+	}
+}
