@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# dataprep benchmark: ferry dataprep end to end (read, tokenize, pad or pack,
+# shuffle, write 16 rank shards + manifest) vs HF tokenizers batch-encoding
+# the same formatted texts with the same thread count (tokenization alone),
+# side by side in one run. Prints one JSON line per run, then a table.
+#
+#   bench/dataprepbench/run.sh ALPACA.json TOKENIZER_DIR EOS [THREADS] [RUNS]
+#   e.g. bench/dataprepbench/run.sh /data/alpaca_data.json testdata/tokenizers/qwen2.5 '<|endoftext|>' 2
+#
+# Needs bin/dataprep (make build), node + npm tokenizers under
+# $FERRY_NODE_MODULES, /usr/bin/time, zstd (the fixture tokenizers are .zst).
+# Ratio = dataprep wall time / HF encode time (lower is better; targets:
+# pack <= 0.1, pad <= 0.25). Peak RSS from /usr/bin/time (max resident, KiB).
+set -euo pipefail
+input=${1:?ALPACA.json}
+tokdir=${2:?TOKENIZER_DIR}
+eos=${3:?EOS token}
+threads=${4:-$(nproc)}
+runs=${5:-1}
+here=$(cd "$(dirname "$0")" && pwd)
+mods=${FERRY_NODE_MODULES:-$HOME/.cache/ferry/npm/node_modules}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# HF's Node binding wants a plain tokenizer.json.
+tokjson=$tokdir
+if [ -d "$tokdir" ]; then
+	if [ -f "$tokdir/tokenizer.json" ]; then tokjson=$tokdir/tokenizer.json
+	else zstd -dqf "$tokdir/tokenizer.json.zst" -o "$tmp/tokenizer.json"; tokjson=$tmp/tokenizer.json; fi
+fi
+
+timed() { # out-file cmd...: runs cmd, appends "wall_s rss_kib" to out-file
+	local f=$1; shift
+	/usr/bin/time -f '%e %M' -o "$f.time" "$@" > "$f.out"
+}
+
+for run in $(seq "$runs"); do
+	timed "$tmp/hf" env RAYON_NUM_THREADS="$threads" NODE_PATH="$mods" \
+		node "$here/hf-batch.js" --tokenizer "$tokjson" --eos "$eos" --max-length 1024 "$input"
+	read -r hf_wall hf_rss < "$tmp/hf.time"
+	hf_enc=$(sed -n 's/.*"encode_s":\([0-9.e-]*\).*/\1/p' "$tmp/hf.out")
+	echo "{\"tool\":\"hf-tokenizers\",\"run\":$run,\"threads\":$threads,\"encode_s\":$hf_enc,\"wall_s\":$hf_wall,\"peak_rss_kib\":$hf_rss,\"detail\":$(cat "$tmp/hf.out")}"
+	for mode in pad pack; do
+		timed "$tmp/$mode" bin/dataprep --input "$input" --tokenizer "$tokdir" --eos "$eos" \
+			--seq-len 1024 --ranks 16 --mode "$mode" --workers "$threads" \
+			--out "$tmp/out-$mode" --force --quiet --json
+		read -r wall rss < "$tmp/$mode.time"
+		ratio=$(awk -v a="$wall" -v b="$hf_enc" 'BEGIN { printf "%.4f", a / b }')
+		echo "{\"tool\":\"ferry-dataprep\",\"mode\":\"$mode\",\"run\":$run,\"threads\":$threads,\"wall_s\":$wall,\"peak_rss_kib\":$rss,\"ratio_vs_hf_encode\":$ratio,\"summary\":$(cat "$tmp/$mode.out")}"
+		printf '%s\t%s\t%s\t%s\n' "$mode" "$wall" "$rss" "$ratio" >> "$tmp/table"
+		rm -rf "$tmp/out-$mode"
+	done
+	printf 'hf\t%s\t%s\t(encode %s s)\n' "$hf_wall" "$hf_rss" "$hf_enc" >> "$tmp/table"
+done
+{
+	echo "run	wall_s	peak_rss_KiB	ratio(dataprep wall / HF encode)"
+	cat "$tmp/table"
+} | column -t -s "$(printf '\t')" >&2

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ferryml/ferry/internal/storage"
+	"github.com/ferryml/ferry/internal/testutil/s3server"
+	"github.com/ferryml/ferry/shard"
+)
+
+// TestS3 reads the input from and writes the shards to a real S3 server
+// (versitygw), then checks the downloaded result like a local one.
+func TestS3(t *testing.T) {
+	srv := s3server.Start(t)
+	srv.SetEnv(t)
+	bucket := srv.Bucket(t, "ferry-data")
+	ctx := context.Background()
+	in := bucket + "/in/alpaca.json.zst"
+	raw, err := os.ReadFile(filepath.Join(alpacaDir, "alpaca_en_demo.json.zst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := storage.Create(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	out := bucket + "/shards"
+	args := []string{"--input", in, "--tokenizer", qwen.dir, "--mode", "pack", "--ranks", "2", "--quiet", "--out", out}
+	mustPrep(t, args...)
+	if _, _, err := dataprep(t, args...); !errors.Is(err, shard.ErrExists) {
+		t.Fatalf("second run without --force: %v, want ErrExists", err)
+	}
+	mustPrep(t, append(args, "--force")...)
+
+	local := t.TempDir()
+	infos, err := storage.List(ctx, out+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 3 {
+		t.Fatalf("%d objects under %s, want 2 shards + manifest: %v", len(infos), out, infos)
+	}
+	for _, in := range infos {
+		rc, _, err := storage.OpenStream(ctx, in.Loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(local, filepath.Base(in.Loc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, rc); err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+		f.Close()
+	}
+	seen := map[int64]int{}
+	m := allRows(t, local, func(m *shard.Manifest, pos int, r *shard.Row) {
+		if pos < m.UniqueRows {
+			for _, s := range r.Segments {
+				seen[s.Sample]++
+			}
+		}
+	})
+	if len(seen) != 999 || m.Stats.RecordsRead != 999 || m.Input != in {
+		t.Fatalf("%d samples, stats %+v, input %q", len(seen), m.Stats, m.Input)
+	}
+}
