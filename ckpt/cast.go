@@ -10,40 +10,59 @@ import (
 // Only float types are converted; callers keep other types unchanged.
 func castInto(dst []byte, to DType, src []byte, from DType, n int) {
 	le := binary.LittleEndian
-	load := func(i int) float32 {
-		switch from {
-		case F32:
-			return math.Float32frombits(le.Uint32(src[4*i:]))
-		case BF16:
-			return math.Float32frombits(uint32(le.Uint16(src[2*i:])) << 16)
-		case F16:
-			return f16ToF32(le.Uint16(src[2*i:]))
-		default: // F64
-			return float32(math.Float64frombits(le.Uint64(src[8*i:])))
-		}
-	}
-	switch to {
-	case F32:
+	dst, src = dst[:n*to.Size()], src[:n*from.Size()]
+	switch {
+	case from == F32 && to == BF16:
 		for i := 0; i < n; i++ {
-			le.PutUint32(dst[4*i:], math.Float32bits(load(i)))
+			le.PutUint16(dst[2*i:], f32ToBF16(le.Uint32(src[4*i:])))
 		}
-	case BF16:
-		if from == F32 {
-			for i := 0; i < n; i++ {
-				le.PutUint16(dst[2*i:], f32ToBF16(le.Uint32(src[4*i:])))
+	case from == F32 && to == F16:
+		for i := 0; i < n; i++ {
+			le.PutUint16(dst[2*i:], f32ToF16(le.Uint32(src[4*i:])))
+		}
+	case from == BF16 && to == F32:
+		for i := 0; i < n; i++ {
+			le.PutUint32(dst[4*i:], uint32(le.Uint16(src[2*i:]))<<16)
+		}
+	case from == F16 && to == F32:
+		for i := 0; i < n; i++ {
+			le.PutUint32(dst[4*i:], math.Float32bits(f16ToF32(le.Uint16(src[2*i:]))))
+		}
+	case from == BF16 && to == F16:
+		for i := 0; i < n; i++ {
+			le.PutUint16(dst[2*i:], f32ToF16(uint32(le.Uint16(src[2*i:]))<<16))
+		}
+	case from == F16 && to == BF16:
+		for i := 0; i < n; i++ {
+			le.PutUint16(dst[2*i:], f32ToBF16(math.Float32bits(f16ToF32(le.Uint16(src[2*i:])))))
+		}
+	default: // through float32 (F64 sources, F64 targets)
+		for i := 0; i < n; i++ {
+			var f float32
+			switch from {
+			case F32:
+				f = math.Float32frombits(le.Uint32(src[4*i:]))
+			case BF16:
+				f = math.Float32frombits(uint32(le.Uint16(src[2*i:])) << 16)
+			case F16:
+				f = f16ToF32(le.Uint16(src[2*i:]))
+			default: // F64
+				f = float32(math.Float64frombits(le.Uint64(src[8*i:])))
 			}
-			return
-		}
-		for i := 0; i < n; i++ {
-			le.PutUint16(dst[2*i:], f32ToBF16(math.Float32bits(load(i))))
-		}
-	case F16:
-		for i := 0; i < n; i++ {
-			le.PutUint16(dst[2*i:], f32ToF16(math.Float32bits(load(i))))
-		}
-	case F64:
-		for i := 0; i < n; i++ {
-			le.PutUint64(dst[8*i:], math.Float64bits(float64(load(i))))
+			switch to {
+			case F32:
+				le.PutUint32(dst[4*i:], math.Float32bits(f))
+			case BF16:
+				le.PutUint16(dst[2*i:], f32ToBF16(math.Float32bits(f)))
+			case F16:
+				le.PutUint16(dst[2*i:], f32ToF16(math.Float32bits(f)))
+			case F64:
+				if from == F64 {
+					copy(dst[8*i:8*i+8], src[8*i:8*i+8])
+				} else {
+					le.PutUint64(dst[8*i:], math.Float64bits(float64(f)))
+				}
+			}
 		}
 	}
 }

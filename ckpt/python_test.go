@@ -45,6 +45,7 @@ func TestPyTorchReadsOutput(t *testing.T) {
 		run{filepath.Join(fixtureRoot, "torch-1.13", "fsdp1-fp32-ws2"), F16},
 		run{filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4"), F32},
 		run{filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4"), F16},
+		run{filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4"), BF16},
 	)
 	args := []string{"testdata/check_with_torch.py"}
 	for _, r := range runs {
