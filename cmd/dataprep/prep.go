@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
 )
@@ -176,6 +177,13 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	t0 := time.Now()
+	// Refuse an existing result before spending time on the input (WriteDir
+	// checks again before writing).
+	if !c.force {
+		if _, err := storage.Stat(ctx, storage.Join(c.out, shard.ManifestName)); err == nil {
+			return fmt.Errorf("%w: %s (use --force to replace it)", shard.ErrExists, storage.Join(c.out, shard.ManifestName))
+		}
+	}
 	prog := newProgress(stderr, c.quiet, c.progressEvery)
 	defer prog.stop()
 
