@@ -21,18 +21,24 @@ func TestCorpusExact(t *testing.T) {
 				if len(want) != len(texts) {
 					t.Fatalf("%d golden lines for %d corpus lines", len(want), len(texts))
 				}
-				got := tok.EncodeBatch(texts, special, 0)
+				var idx []int
+				var sample []string
+				for i := 0; i < len(texts); i += corpusStep(1, 16) {
+					idx = append(idx, i)
+					sample = append(sample, texts[i])
+				}
+				got := tok.EncodeBatch(sample, special, 0)
 				bad := 0
-				for i := range texts {
-					if !slices.Equal(got[i], want[i]) {
+				for k, i := range idx {
+					if !slices.Equal(got[k], want[i]) {
 						bad++
 						if bad <= 5 {
-							t.Errorf("line %d %q:\n got %v\nwant %v", i+1, trunc(texts[i]), trunc32(got[i]), trunc32(want[i]))
+							t.Errorf("line %d %q:\n got %v\nwant %v", i+1, trunc(texts[i]), trunc32(got[k]), trunc32(want[i]))
 						}
 					}
 				}
 				if bad > 0 {
-					t.Errorf("%d of %d lines differ", bad, len(texts))
+					t.Errorf("%d of %d lines differ", bad, len(idx))
 				}
 			})
 		}
@@ -47,7 +53,8 @@ func TestCorpusRoundTrip(t *testing.T) {
 			t.Parallel()
 			tok := loadModel(t, model)
 			bad := 0
-			for i, x := range texts {
+			for i := 0; i < len(texts); i += corpusStep(1, 16) {
+				x := texts[i]
 				want := x
 				if len(tok.norms) > 0 {
 					want = tok.normalize(x)

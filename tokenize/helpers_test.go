@@ -82,6 +82,15 @@ var corpus struct {
 	texts []string
 }
 
+// corpusStep is the stride of the corpus lines heavy tests sample: every
+// line normally, fewer under the race detector.
+func corpusStep(normal, race int) int {
+	if raceEnabled {
+		return race
+	}
+	return normal
+}
+
 func corpusTexts(t testing.TB) []string {
 	t.Helper()
 	corpus.once.Do(func() {

@@ -113,6 +113,15 @@ func contraction(s string, fold bool) int {
 	return 0
 }
 
+// asciiLetterSpace is 1 for ASCII letters, 2 for the space, else 0.
+var asciiLetterSpace = func() (t [256]uint8) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = 1, 1
+	}
+	t[' '] = 2
+	return
+}()
+
 // scan returns the byte length of the first pre-token of s (len(s) > 0) under
 // the regex of kind, which must not be scanNone. These regexes match at every
 // position, so the pre-tokens tile the text: there are no gaps.
@@ -121,6 +130,22 @@ func scan(kind scanKind, s string) int {
 		return scanGPT2Next(s)
 	}
 	c0 := s[0]
+	// Fast path: an ASCII letter run, with an optional leading space.
+	if i := int(asciiLetterSpace[c0]); i != 0 {
+		if i == 2 { // a space: must be followed by a letter
+			if len(s) < 2 || asciiLetterSpace[s[1]] != 1 {
+				goto general
+			}
+		}
+		for i < len(s) && asciiLetterSpace[s[i]] == 1 {
+			i++
+		}
+		if i == len(s) || s[i] < utf8.RuneSelf {
+			return i
+		}
+		return run(s, i, uclass.Letter)
+	}
+general:
 	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if c0 == '\'' {
 		if n := contraction(s, true); n > 0 {

@@ -37,6 +37,9 @@ func TestSyntheticExact(t *testing.T) {
 				}
 				bad := 0
 				for i, x := range texts {
+					if i < 1200 && i%corpusStep(1, 8) != 0 { // the probes after line 1200 always run
+						continue
+					}
 					got := tok.Encode(x, special)
 					if !slices.Equal(got, want[i].IDs) {
 						bad++

@@ -136,12 +136,15 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []in
 }
 
 func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *state) []int32 {
-	text = toValid(text)
+	ascii := isASCII(text) // valid, and unchanged by every normalizer
+	if !ascii {
+		text = toValid(text)
+	}
 	if addSpecial {
 		dst = append(dst, t.prefix...)
 	}
 	if t.rawTrie.empty() {
-		dst = t.appendNormalized(dst, text, sc)
+		dst = t.appendNormalized(dst, text, ascii, sc)
 	} else {
 		prev := 0
 		for {
@@ -150,13 +153,13 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *
 				break
 			}
 			if m.start > prev {
-				dst = t.appendNormalized(dst, text[prev:m.start], sc)
+				dst = t.appendNormalized(dst, text[prev:m.start], ascii, sc)
 			}
 			dst = append(dst, m.tok.ID)
 			prev = m.end
 		}
 		if prev < len(text) {
-			dst = t.appendNormalized(dst, text[prev:], sc)
+			dst = t.appendNormalized(dst, text[prev:], ascii, sc)
 		}
 	}
 	if addSpecial {
@@ -188,8 +191,10 @@ func fixComposition(s string) string {
 	return strings.ReplaceAll(s, composed, decomposed)
 }
 
-func (t *Tokenizer) appendNormalized(dst []int32, seg string, sc *state) []int32 {
-	seg = t.normalize(seg)
+func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii bool, sc *state) []int32 {
+	if !ascii {
+		seg = t.normalize(seg)
+	}
 	if t.normTrie.empty() {
 		return t.appendPreTokenized(dst, seg, sc)
 	}
@@ -213,10 +218,30 @@ func (t *Tokenizer) appendNormalized(dst []int32, seg string, sc *state) []int32
 
 func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc *state) []int32 {
 	if k := t.fastScan; k != scanNone {
+		byteID := &t.model.byteID
+		cache := sc.cache
 		for len(seg) > 0 {
 			n := scan(k, seg)
-			dst = t.appendPiece(dst, seg[:n], sc)
+			p := seg[:n]
 			seg = seg[n:]
+			// The common cases inline: one byte, or a cached pre-token.
+			if n == 1 {
+				if id := byteID[p[0]]; id >= 0 {
+					dst = append(dst, id)
+					continue
+				}
+			} else if n <= maxCachedLen {
+				h, a, b := cache.hash(p)
+				var ok bool
+				if dst, ok = cache.get(dst, p, h, a, b); ok {
+					continue
+				}
+				start := len(dst)
+				dst = t.model.appendBPE(dst, p, &sc.scratch)
+				cache.put(p, h, a, b, dst[start:])
+				continue
+			}
+			dst = t.appendPiece(dst, p, sc)
 		}
 		return dst
 	}
@@ -348,4 +373,20 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 		b = append(b, t.decoded[id]...)
 	}
 	return string(appendLossy(make([]byte, 0, len(b)), b))
+}
+
+// isASCII reports whether s is all ASCII, 8 bytes at a time.
+func isASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if load64(s, i)&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
