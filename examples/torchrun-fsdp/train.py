@@ -8,7 +8,10 @@ three changes:
    Alpaca once, before torchrun, into one Arrow shard per rank (see
    train.yaml). Each rank maps its own shard; ``ferry.Loader`` replaces
    ``build_dataset`` + ``DistributedSampler`` + ``DataLoader`` and yields
-   zero-copy int32 views that go to the GPU with ``ferry.to_device``.
+   zero-copy int32 views that go to the GPU with ``ferry.to_device``. With
+   ``--serve SOCKET`` (train.yaml: ``serve_socket``) the ranks get the same
+   batches, in the same order, from one ``ferry-serve`` daemon per node
+   instead.
 2. Checkpoints are sharded DCP checkpoints (``torch.distributed.checkpoint``):
    every rank writes its own shards, no FULL_STATE_DICT gather on rank 0. The
    loader's resume point is saved with them, so a restarted job (also with
@@ -62,6 +65,10 @@ def parse_args():
     ap.add_argument("--model-name", default=p.get("model_name", "meta-llama/Llama-3.1-8B"))
     ap.add_argument("--data-dir", default=p.get("data_dir", "/tmp/ferry-data"),
                     help="dataprep output directory (manifest.json + rank-*.arrow)")
+    ap.add_argument("--serve", metavar="SOCKET", default=p.get("serve_socket") or None,
+                    help="read batches from this node's ferry-serve daemon on SOCKET instead of mapping the "
+                         "shards in each rank (start `ferry-serve --data DATA_DIR --ranks ... --socket SOCKET` "
+                         "on every node first; train.yaml does when serve_socket is set)")
     ap.add_argument("--checkpoint-dir", default=p.get("checkpoint_dir"),
                     help="sharded DCP checkpoints (default: OUTPUT_DIR/dcp); must be shared by all nodes")
     ap.add_argument("--output-dir", default=p.get("output_dir", "/tmp/llama-sft"))
@@ -225,13 +232,15 @@ def main():
     model, is_fsdp, tokenizer = build_model(args, local_rank, device)
 
     # ferry replaces build_dataset + DistributedSampler + DataLoader: rank and
-    # world size come from torchrun's environment; each rank maps its shard.
-    loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed)
+    # world size come from torchrun's environment; each rank maps its shard,
+    # or (--serve) gets the same batches from the node's ferry-serve daemon.
+    loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed, serve=args.serve)
     if rank == 0:
         m = loader.manifest
+        feed = f"ferry-serve at {args.serve}" if args.serve else "direct"
         print(f"World size={world_size} | model={'tiny' if args.tiny else args.model_name} | data={args.data_dir} "
               f"({m.mode}, seq_len {m.seq_len}, {m.ranks} shards x {m.rows_per_rank} rows, "
-              f"{loader.steps_per_epoch} batches per rank per epoch)", flush=True)
+              f"{loader.steps_per_epoch} batches per rank per epoch) | feed={feed}", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step = try_resume(args, model, optimizer, loader, rank)
@@ -253,7 +262,9 @@ def main():
     t_start = time.time()
     while step < args.max_steps:
         for batch in loader:  # epochs roll over by themselves (new seeded order each epoch)
-            batch = ferry.to_device(batch, device)  # non_blocking copy; ids/labels -> int64 on the device
+            # non_blocking copy; ids/labels -> int64 on the device. A served
+            # batch is valid until the next one is requested: use it in this step.
+            batch = ferry.to_device(batch, device)
             out = model(**batch)
             (out.loss / args.grad_accum).backward()
             micro_step += 1
@@ -296,6 +307,7 @@ def main():
     if use_mlflow:
         mlflow.end_run()
 
+    loader.close()
     dist.barrier()
     dist.destroy_process_group()
 

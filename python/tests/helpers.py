@@ -4,7 +4,10 @@ temporary directory by the repository's own Go code."""
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
+import time
 
 import numpy as np
 
@@ -72,3 +75,42 @@ def read_rows(directory, manifest, rank, column, row, rows):
             out.append(np.frombuffer(fh.read((hi - lo) * width * 4), np.int32).reshape(hi - lo, width))
     a = np.concatenate(out)
     return a[:, 0] if column == "length" else a
+
+
+class Daemon:
+    """A ferry-serve process, started and listening (log in SOCK.log)."""
+
+    def __init__(self, exe, data, sock, args=()):
+        self.sock = sock
+        self.log = open(sock + ".log", "w+")
+        self.proc = subprocess.Popen([exe, "--data", data, "--socket", sock, *args], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ferry-serve exited {self.proc.returncode}:\n{self.output()}")
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                s.connect(sock)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"ferry-serve did not listen on {sock} within 30 s:\n{self.output()}")
+                time.sleep(0.02)
+            finally:
+                s.close()
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)

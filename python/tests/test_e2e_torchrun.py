@@ -1,13 +1,15 @@
 """End to end on CPU: tiny Alpaca -> dataprep --ranks 2 -> torchrun (2 ranks,
-gloo, DDP, the examples/torchrun-fsdp script) -> sharded DCP checkpoint ->
-ckptmerge -> safetensors that load back into the model bit for bit; then a
-restart on 1 rank resumes from the checkpoint.
+gloo, DDP, the examples/torchrun-fsdp script) for 20 steps, once through the
+direct loader and once through ferry-serve (same losses, same final weights)
+-> sharded DCP checkpoints -> ckptmerge -> safetensors that load back into
+the model bit for bit; then a restart on 1 rank resumes from the checkpoint.
 
 Marked e2e (``-m "not e2e"`` leaves it out). It never skips: a missing or
 unbuildable dataprep/ckptmerge is a failure that says so."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import REPO, build_go_tool
+from helpers import REPO, Daemon, build_go_tool
 
 ALPACA = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
 TOKENIZER = os.path.join(REPO, "testdata", "tokenizers", "qwen2.5")
@@ -30,7 +32,7 @@ def tool(pkg, bindir):
     try:
         return build_go_tool(pkg, bindir)
     except RuntimeError as e:
-        pytest.fail(f"e2e needs ./{pkg} (built with `go build -o bin/ ./cmd/dataprep ./cmd/ckptmerge`): {e}")
+        pytest.fail(f"e2e needs ./{pkg} (built with `go build -o bin/ ./cmd/...`): {e}")
 
 
 def run(cmd, cwd=None, timeout=600, env=None):
@@ -83,41 +85,9 @@ def torchrun(nproc, args, cwd):
     return run(cmd, cwd=cwd, env=env)
 
 
-@pytest.mark.e2e
-def test_torchrun_example_end_to_end(tmp_path):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    dataprep = tool("cmd/dataprep", str(bindir))
-    ckptmerge = tool("cmd/ckptmerge", str(bindir))
-
-    data = tmp_path / "data"
-    run([dataprep, "--input", ALPACA, "--tokenizer", TOKENIZER, "--eos", "<|endoftext|>", "--seq-len", "64", "--ranks", "2",
-         "--out", str(data)])
-    with open(data / "manifest.json") as f:
-        m = json.load(f)
-    assert m["ranks"] == 2 and m["seq_len"] == 64 and m["mode"] == "pad"
-
-    out = tmp_path / "out"
-    metrics = tmp_path / "metrics.jsonl"
-    ref = tmp_path / "final.pt"
-    common = ["--tiny", "--data-dir", str(data), "--output-dir", str(out), "--batch-size", "2",
-              "--grad-accum", "1", "--lr", "0.01", "--metrics-file", str(metrics)]
-    r = torchrun(2, common + ["--max-steps", "20", "--save-reference", str(ref)], tmp_path)
-    assert "World size=2" in r.stdout
-
-    with open(metrics) as f:
-        losses = [json.loads(line)["loss"] for line in f]
-    assert len(losses) == 20
-    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
-    assert last < first - 0.5, f"loss did not decrease: {losses}"
-
-    ckpt = out / "dcp" / "step-00000020"
-    assert (ckpt / ".metadata").exists(), "no DCP checkpoint written"
-    assert any(n.endswith(".distcp") for n in os.listdir(ckpt))
-    with open(out / "dcp" / "latest.json") as f:
-        assert json.load(f)["step"] == 20
-
-    merged = tmp_path / "hf"
+def check_merged(ckptmerge, ckpt, merged, ref):
+    """ckptmerge the DCP checkpoint; the safetensors must load into the
+    example's model with parameters identical to the job's final ones."""
     run([ckptmerge, str(ckpt), str(merged)])
     tensors = merged_tensors(str(merged))
     want = torch.load(ref)
@@ -131,13 +101,79 @@ def test_torchrun_example_end_to_end(tmp_path):
     model.load_state_dict(tensors, strict=True)
     for k, v in model.state_dict().items():
         assert v.dtype == want[k].dtype and torch.equal(v, want[k]), k
+    return want
 
-    # Restart on one rank: resumes from step 20 with the saved sample order.
-    r = torchrun(1, common + ["--max-steps", "23"], tmp_path)
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.e2e
+def test_torchrun_example_end_to_end(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    dataprep = tool("cmd/dataprep", str(bindir))
+    ckptmerge = tool("cmd/ckptmerge", str(bindir))
+    ferry_serve = tool("cmd/ferry-serve", str(bindir))
+
+    data = tmp_path / "data"
+    run([dataprep, "--input", ALPACA, "--tokenizer", TOKENIZER, "--eos", "<|endoftext|>", "--seq-len", "64", "--ranks", "2",
+         "--out", str(data)])
+    with open(data / "manifest.json") as f:
+        m = json.load(f)
+    assert m["ranks"] == 2 and m["seq_len"] == 64 and m["mode"] == "pad"
+
+    def train(feed, nproc, steps, extra=()):
+        out = tmp_path / f"out-{feed}"
+        metrics = tmp_path / f"metrics-{feed}.jsonl"
+        args = ["--tiny", "--data-dir", str(data), "--output-dir", str(out), "--batch-size", "2", "--grad-accum",
+                "1", "--lr", "0.01", "--metrics-file", str(metrics), "--max-steps", str(steps), *extra]
+        return torchrun(nproc, args, tmp_path), out, metrics
+
+    # 1. The direct loader: each rank maps its shard.
+    r, out, metrics = train("direct", 2, 20, ["--save-reference", str(tmp_path / "final-direct.pt")])
+    assert "World size=2" in r.stdout and "feed=direct" in r.stdout
+    direct = read_metrics(metrics)
+    losses = [x["loss"] for x in direct]
+    assert [x["step"] for x in direct] == list(range(1, 21))
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    assert last < first - 0.5, f"loss did not decrease: {losses}"
+    ckpt = out / "dcp" / "step-00000020"
+    assert (ckpt / ".metadata").exists(), "no DCP checkpoint written"
+    assert any(n.endswith(".distcp") for n in os.listdir(ckpt))
+    with open(out / "dcp" / "latest.json") as f:
+        assert json.load(f)["step"] == 20
+    want = check_merged(ckptmerge, ckpt, tmp_path / "hf-direct", tmp_path / "final-direct.pt")
+
+    # 2. Through ferry-serve (one daemon for the node's two ranks): the same
+    # batches in the same order, so the same losses and the same weights.
+    sock = str(tmp_path / "ferry.sock")
+    d = Daemon(ferry_serve, str(data), sock, ["--ranks", "0-1"])
+    try:
+        r, out_s, metrics_s = train("serve", 2, 20, ["--serve", sock, "--save-reference",
+                                                     str(tmp_path / "final-serve.pt")])
+    finally:
+        code = d.kill(signal.SIGTERM)
+    assert code == 0, f"ferry-serve exited {code} on SIGTERM:\n{d.output()}"
+    assert f"feed=ferry-serve at {sock}" in r.stdout
+    served = read_metrics(metrics_s)
+    assert [x["step"] for x in served] == list(range(1, 21))
+    assert [x["loss"] for x in served] == losses, "ferry-serve fed other batches than the direct loader"
+    ckpt_s = out_s / "dcp" / "step-00000020"
+    assert (ckpt_s / ".metadata").exists(), "no DCP checkpoint written (serve run)"
+    with open(ckpt_s / "ferry-train-state.json") as f:
+        st = json.load(f)["loader"]
+    assert st["consumed_blocks"] == 20 * 2 and st["world_size"] == 2
+    got = check_merged(ckptmerge, ckpt_s, tmp_path / "hf-serve", tmp_path / "final-serve.pt")
+    for k in want:
+        assert torch.equal(got[k], want[k]), f"{k}: served run ended with other weights than the direct run"
+
+    # 3. Restart the direct run on one rank: resumes from step 20 with the
+    # saved sample order.
+    r, _, _ = train("direct", 1, 23)
     assert "resumed from" in r.stdout and "at step 20 (saved with world size 2, now 1;" in r.stdout
-    with open(metrics) as f:
-        steps = [json.loads(line)["step"] for line in f]
-    assert steps == list(range(1, 21)) + [21, 22, 23]
+    assert [x["step"] for x in read_metrics(metrics)] == list(range(1, 21)) + [21, 22, 23]
 
 
 @pytest.mark.e2e

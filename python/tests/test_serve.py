@@ -10,7 +10,6 @@ import json
 import os
 import random
 import signal
-import socket as pysocket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ import ferry
 from ferry import serve_client as sc
 from ferry.serve_client import DaemonGone, ServeError, ServeLoader
 
-from helpers import REPO, go_binary
+from helpers import REPO, Daemon, go_binary
 
 GOLDEN = os.path.join(REPO, "serve", "testdata", "protocol.golden.json")
 
@@ -41,43 +40,6 @@ def serve_bin():
         pytest.fail(f"cannot build bin/ferry-serve (go build -o bin/ ./cmd/ferry-serve, exit {r.returncode}):\n"
                     f"{r.stdout}{r.stderr}")
     return os.path.join(REPO, "bin", "ferry-serve")
-
-
-class Daemon:
-    def __init__(self, exe, data, sock, args=()):
-        self.sock = sock
-        self.log = open(sock + ".log", "w+")
-        self.proc = subprocess.Popen([exe, "--data", data, "--socket", sock, *args], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ferry-serve exited {self.proc.returncode}:\n{self.output()}")
-            s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_SEQPACKET)
-            try:
-                s.connect(sock)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(f"ferry-serve did not listen on {sock} within 30 s:\n{self.output()}")
-                time.sleep(0.02)
-            finally:
-                s.close()
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def output(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def kill(self, sig=signal.SIGKILL):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
 
 
 @pytest.fixture
