@@ -79,13 +79,8 @@ type Metadata struct {
 	Class string
 }
 
-var (
-	dcpModules = []string{
-		"torch.distributed.checkpoint.metadata",
-		"torch.distributed._shard.checkpoint.metadata",
-	}
-	maxDims = maxDimsConst
-)
+// maxDims is the most dimensions a tensor may have.
+const maxDims = maxDimsConst
 
 // maxDimsConst is the most dimensions a tensor may have.
 const maxDimsConst = 64
