@@ -169,8 +169,13 @@ type storageSink struct{ loc string }
 func (s *storageSink) String() string { return s.loc }
 func (s *storageSink) Reader() Source { return StorageSource(s.loc) }
 
-func (s *storageSink) Create(ctx context.Context, name string, _ int64, overwrite bool) (OutputFile, error) {
-	w, err := storage.Create(ctx, storage.Join(s.loc, name), storage.WithOverwrite(overwrite))
+func (s *storageSink) Create(ctx context.Context, name string, size int64, overwrite bool) (OutputFile, error) {
+	opts := []storage.Option{storage.WithOverwrite(overwrite)}
+	// S3 allows 10,000 parts per upload: grow the part size for huge files
+	if part := (size/9000 + 1<<20 - 1) &^ (1<<20 - 1); part > storage.DefaultPartSize {
+		opts = append(opts, storage.WithPartSize(min(part, storage.MaxPartSize)))
+	}
+	w, err := storage.Create(ctx, storage.Join(s.loc, name), opts...)
 	if errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("%s: %w", storage.Join(s.loc, name), ErrExists)
 	}
