@@ -273,84 +273,100 @@ type tokenizePass struct {
 }
 
 // run encodes texts (or JSONL lines to decode first; firstLine numbers
-// them) and writes the ids to w (nil: discard).
+// them) and writes the ids to w (nil: discard). Decoding the JSON, encoding
+// and formatting the output are three parallel phases, so that encode_s of
+// --bench-line times the tokenizer alone, as hf-tokenize.js times encodeBatch.
 func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, firstLine int, w *bufio.Writer) error {
 	n := len(texts)
 	if lines != nil {
 		n = len(lines)
-	}
-	type result struct {
-		out    []byte
-		bytes  int
-		tokens int
-		err    error
-	}
-	res := make([]result, n)
-	const chunk = 32
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	workers := min(p.threads, (n+chunk-1)/chunk)
-	work := func() {
-		var ids []int32
-		for {
-			lo := int(next.Add(chunk)) - chunk
-			if lo >= n || ctx.Err() != nil {
-				return
+		texts = make([]string, n)
+		errs := make([]error, n)
+		p.parallel(n, func(i int, _ *[]int32) {
+			var rec struct {
+				Text *string `json:"text"`
 			}
-			for i := lo; i < min(lo+chunk, n); i++ {
-				var text string
-				if lines != nil {
-					var rec struct {
-						Text *string `json:"text"`
-					}
-					line := lines[i]
-					if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
-						line = []byte(tokenize.ValidUTF8(string(line)))
-					}
-					if err := json.Unmarshal(line, &rec); err != nil {
-						res[i].err = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
-						continue
-					}
-					if rec.Text == nil {
-						res[i].err = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
-						continue
-					}
-					text = *rec.Text
-				} else {
-					text = texts[i]
-				}
-				ids = p.tok.AppendEncode(ids[:0], text, !p.cfg.noSpecial)
-				ids = p.truncatePad(ids)
-				res[i].bytes, res[i].tokens = len(text), len(ids)
-				if w != nil {
-					res[i].out = appendIDsLine(nil, ids)
-				}
+			line := lines[i]
+			if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
+				line = []byte(tokenize.ValidUTF8(string(line)))
+			}
+			if err := json.Unmarshal(line, &rec); err != nil {
+				errs[i] = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
+			} else if rec.Text == nil {
+				errs[i] = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
+			} else {
+				texts[i] = *rec.Text
+			}
+		})
+		for _, err := range errs {
+			if err != nil {
+				return fmt.Errorf("dataprep tokenize: %w", err)
 			}
 		}
 	}
-	for range max(workers, 1) {
-		wg.Go(work)
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	wg.Wait()
+	ids := make([][]int32, n)
+	start := time.Now()
+	p.parallel(n, func(i int, buf *[]int32) {
+		b := p.tok.AppendEncode(*buf, texts[i], !p.cfg.noSpecial)
+		b = p.truncatePad(b[len(*buf):])
+		ids[i] = b[:len(b):len(b)]
+		*buf = b[len(b):]
+	})
 	p.encodeS.Add(int64(time.Since(start)))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for i := range res {
-		if res[i].err != nil {
-			return fmt.Errorf("dataprep tokenize: %w", res[i].err)
-		}
+	for i := range texts {
 		p.lines++
-		p.bytes += int64(res[i].bytes)
-		p.tokens += int64(res[i].tokens)
-		if w != nil {
-			if _, err := w.Write(res[i].out); err != nil {
-				return fmt.Errorf("dataprep tokenize: writing output: %w", err)
-			}
+		p.bytes += int64(len(texts[i]))
+		p.tokens += int64(len(ids[i]))
+	}
+	if w == nil {
+		return nil
+	}
+	out := make([][]byte, n)
+	p.parallel(n, func(i int, _ *[]int32) { out[i] = appendIDsLine(nil, ids[i]) })
+	for _, b := range out {
+		if _, err := w.Write(b); err != nil {
+			return fmt.Errorf("dataprep tokenize: writing output: %w", err)
 		}
 	}
 	return nil
+}
+
+// parallel calls fn(i) for i in [0, n) on p.threads goroutines; buf is a
+// per-goroutine buffer fn may append ids to.
+func (p *tokenizePass) parallel(n int, fn func(i int, buf *[]int32)) {
+	const chunk = 32
+	var next atomic.Int64
+	work := func() {
+		buf := make([]int32, 0, 1<<16)
+		for {
+			lo := int(next.Add(chunk)) - chunk
+			if lo >= n {
+				return
+			}
+			for i := lo; i < min(lo+chunk, n); i++ {
+				if cap(buf)-len(buf) < 1<<12 {
+					buf = make([]int32, 0, 1<<16)
+				}
+				fn(i, &buf)
+			}
+		}
+	}
+	workers := min(p.threads, (n+chunk-1)/chunk)
+	if workers <= 1 {
+		work()
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(work)
+	}
+	wg.Wait()
 }
 
 // truncatePad applies --max-length (keeping the post-processor's special
