@@ -192,13 +192,22 @@ func (e *env) machine() harness.Machine {
 		if v == "" {
 			v = "missing"
 		}
-		m.Tools[k] = v
+		m.Tools[k] = trimToolName(k, v)
 	}
 	m.GitCommit = e.output("git", "rev-parse", "--short=12", "HEAD")
 	if m.GitCommit != "" && e.output("git", "status", "--porcelain", "--untracked-files=no") != "" {
 		m.GitCommit += "+dirty"
 	}
 	return m
+}
+
+// trimToolName drops a leading program name from a version line
+// ("cp (GNU coreutils) 9.1" → "(GNU coreutils) 9.1", "Python 3.11.2" → "3.11.2").
+func trimToolName(tool, v string) string {
+	if len(v) > len(tool) && strings.EqualFold(v[:len(tool)], tool) && v[len(tool)] == ' ' {
+		return strings.TrimSpace(v[len(tool):])
+	}
+	return v
 }
 
 func cpuModel() string {

@@ -350,3 +350,16 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestTrimToolName(t *testing.T) {
+	for _, tt := range [][3]string{
+		{"cp", "cp (GNU coreutils) 9.1", "(GNU coreutils) 9.1"},
+		{"python", "Python 3.11.2", "3.11.2"},
+		{"node", "v20.20.2", "v20.20.2"},
+		{"torch", "torchvision 1", "torchvision 1"},
+	} {
+		if got := trimToolName(tt[0], tt[1]); got != tt[2] {
+			t.Errorf("trimToolName(%q, %q) = %q, want %q", tt[0], tt[1], got, tt[2])
+		}
+	}
+}

@@ -197,10 +197,12 @@ func (r *Results) WriteMarkdown(w io.Writer, chartPath string) error {
 	}
 	fmt.Fprintf(&b, "Load average at start %s, at end %s.\n\n", m.LoadAvgStart, m.LoadAvgEnd)
 	b.WriteString("Method: every job runs ferry and its anchor as subprocesses on the same machine in the same run, " +
-		"one warm-up run of each, then alternating runs (ferry, anchor, ferry, anchor, …). " +
-		"Each figure is the median over the pairs; the speed-up is computed pair by pair " +
-		"(anchor time ÷ ferry time, or ferry throughput ÷ anchor throughput), so > 1 means ferry is faster; " +
-		"its median and min–max are shown. Peak RSS is the kernel's ru_maxrss of the process (and the children it waited for), " +
+		"a warm-up run of each, then alternating runs (ferry, anchor, ferry, anchor, …); scripts that measure both sides " +
+		"in one process (the feed jobs) run without the harness's warm-up and repeat inside. " +
+		"Each figure is the median over the pairs. The ratio is computed pair by pair and reads as ferry's advantage: " +
+		"anchor ÷ ferry for times and memory, ferry ÷ anchor for throughputs, so > 1 means ferry is better; " +
+		"its median and min–max over the pairs are shown. Rows marked └ are further figures from the same runs " +
+		"(measured inside each process). Peak RSS is the kernel's ru_maxrss of the command (and the children it waited for), " +
 		"the maximum over the measured runs.\n\n")
 	if len(r.Inputs) > 0 {
 		b.WriteString("Inputs:\n\n")
