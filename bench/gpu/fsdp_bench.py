@@ -359,6 +359,25 @@ def checkpoint_phase(model, cfg, tok_dir, bin_dir, work, device):
 
 # ----------------------------------------------------------------- main ----
 
+def unpack(prepared, work):
+    """Unzips the prepared binaries and tokenizer into work; returns (bin_dir, tok_dir)."""
+    bin_dir, tok_dir = os.path.join(work, "bin"), os.path.join(work, "tok", "qwen2.5")
+    os.makedirs(bin_dir)
+    os.makedirs(tok_dir)
+    for name in ("dataprep", "ckptmerge"):
+        dst = os.path.join(bin_dir, name)
+        with gzip.open(os.path.join(prepared, "bin", name + ".gz"), "rb") as f, open(dst, "wb") as g:
+            shutil.copyfileobj(f, g)
+        os.chmod(dst, 0o755)
+    with gzip.open(os.path.join(prepared, "tok", "qwen2.5", "tokenizer.json.gz"), "rb") as f, \
+            open(os.path.join(tok_dir, "tokenizer.json"), "wb") as g:
+        shutil.copyfileobj(f, g)
+    cfg = os.path.join(prepared, "tok", "qwen2.5", "tokenizer_config.json")
+    if os.path.exists(cfg):
+        shutil.copy(cfg, tok_dir)
+    return bin_dir, tok_dir
+
+
 def table(rows, headers):
     w = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     line = lambda r: "  ".join(str(x).ljust(n) for x, n in zip(r, w))  # noqa: E731
@@ -377,11 +396,10 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("fsdp_bench: no CUDA device")
     prepared = os.path.abspath(a.prepared)
-    bin_dir, tok_dir = os.path.join(prepared, "bin"), os.path.join(prepared, "tok", "qwen2.5")
-    for p in (os.path.join(bin_dir, "dataprep"), os.path.join(bin_dir, "ckptmerge"),
-              os.path.join(tok_dir, "tokenizer.json"), os.path.join(prepared, "alpaca.json.gz")):
-        if not os.path.exists(p):
-            sys.exit(f"fsdp_bench: {p} is missing: run bench/gpu/prepare.sh on the build machine and carry bench/work/gpu")
+    for p in ("bin/dataprep.gz", "bin/ckptmerge.gz", "tok/qwen2.5/tokenizer.json.gz", "alpaca.json.gz"):
+        if not os.path.exists(os.path.join(prepared, p)):
+            sys.exit(f"fsdp_bench: {prepared}/{p} is missing: run bench/gpu/prepare.sh on the build machine "
+                     "and carry bench/work/gpu")
     out_path = a.out or (os.path.join(os.environ["OUT"], "gpu-bench.json") if os.environ.get("OUT")
                          else os.path.join(prepared, "result.json"))
 
@@ -404,6 +422,7 @@ def main():
     work = tempfile.mkdtemp(prefix="ferry-gpu-bench-")
     results = {"info": info, "phases": [], "errors": []}
     try:
+        bin_dir, tok_dir = unpack(prepared, work)
         records = read_records(os.path.join(prepared, "alpaca.json.gz"))
         if a.records:
             records = records[:a.records]

@@ -3,30 +3,30 @@
 # PyTorch + transformers but no Go toolchain and no network:
 #
 #   bench/gpu/prepare.sh [ALPACA_JSON]      # on the build machine, from the repo root
-#   → bench/work/gpu/  bin/dataprep, bin/ckptmerge (static linux binaries)
-#                      tok/qwen2.5/tokenizer.json (+ tokenizer_config.json)
+#   → bench/work/gpu/  bin/dataprep.gz, bin/ckptmerge.gz (static linux binaries)
+#                      tok/qwen2.5/tokenizer.json.gz (+ tokenizer_config.json)
 #                      alpaca.json.gz   the Alpaca records (default: the bundled
 #                                       sample cycled to 52,002 records, the size
 #                                       of the real Stanford Alpaca)
 #
 # Then copy the repository with bench/work/gpu to the GPU machine and run
 #   python3 bench/gpu/fsdp_bench.py --prepared bench/work/gpu
-# (bench/work is git-ignored: carry it explicitly.)
+# (bench/work is git-ignored: carry it explicitly; everything is gzipped to
+# stay well under a 64 MiB transfer.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=bench/work/gpu
+rm -rf "$out"
 mkdir -p "$out/bin" "$out/tok/qwen2.5"
-CGO_ENABLED=0 go build -trimpath -o "$out/bin/" ./cmd/dataprep ./cmd/ckptmerge
-for f in tokenizer.json tokenizer_config.json; do
-	if [ -f "testdata/tokenizers/qwen2.5/$f.zst" ]; then
-		zstd -qdcf "testdata/tokenizers/qwen2.5/$f.zst" >"$out/tok/qwen2.5/$f"
-	else
-		cp "testdata/tokenizers/qwen2.5/$f" "$out/tok/qwen2.5/$f"
-	fi
-done
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/bin/" ./cmd/dataprep ./cmd/ckptmerge
+gzip -9 "$out/bin/dataprep" "$out/bin/ckptmerge"
+zstd -qdcf testdata/tokenizers/qwen2.5/tokenizer.json.zst | gzip -9 >"$out/tok/qwen2.5/tokenizer.json.gz"
+cp testdata/tokenizers/qwen2.5/tokenizer_config.json "$out/tok/qwen2.5/"
 src=${1:-}
+tmp=
 if [ -z "$src" ]; then
-	src=$out/alpaca_en_demo.json
+	tmp=$(mktemp)
+	src=$tmp
 	zstd -qdcf testdata/alpaca/alpaca_en_demo.json.zst >"$src"
 fi
 python3 - "$src" "$out/alpaca.json.gz" <<'PY'
@@ -41,5 +41,6 @@ with gzip.open(dst, "wt", encoding="utf-8", compresslevel=6) as f:
     json.dump(out, f, ensure_ascii=False)
 print(f"{dst}: {n} records from {src}")
 PY
+[ -z "$tmp" ] || rm -f "$tmp"
 ls -la "$out" "$out/bin"
 du -sh "$out"
