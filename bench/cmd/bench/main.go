@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	var only string
 	fs.StringVar(&c.mode, "mode", "", "quick (CI-sized inputs) or full (required)")
 	fs.StringVar(&c.alpaca, "alpaca", "", "the real 52,002-record Stanford `alpaca_data.json` (JSON array or JSONL); default: the bundled sample, repeated")
-	fs.IntVar(&c.pairs, "pairs", 0, "measured ferry/anchor pairs per job (default: 2 quick, 5 full)")
+	fs.IntVar(&c.pairs, "pairs", 0, "measured ferry/anchor pairs per job (default: 2 quick, 3 full)")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up runs of each side per job")
 	fs.StringVar(&only, "only", "", "run only the jobs whose name matches this `regexp` (the others are listed as skipped)")
 	fs.StringVar(&c.work, "work", "bench/work", "scratch `dir` for inputs and outputs (git-ignored)")
@@ -111,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errUsage
 	}
 	if c.pairs == 0 {
-		c.pairs = map[string]int{"quick": 2, "full": 5}[c.mode]
+		c.pairs = map[string]int{"quick": 2, "full": 3}[c.mode]
 	}
 	if c.pairs < 1 || c.warmup < 0 || c.threads < 1 {
 		fmt.Fprintln(stderr, "bench: -pairs and -threads must be at least 1, -warmup at least 0")

@@ -36,7 +36,7 @@ func TestParseFlags(t *testing.T) {
 			return ""
 		}},
 		{"full defaults", []string{"-mode", "full"}, nil, func(c *config) string {
-			if c.pairs != 5 || c.results != "bench/results" || c.storageSize != "512MiB" {
+			if c.pairs != 3 || c.results != "bench/results" || c.storageSize != "512MiB" {
 				return "wrong full defaults"
 			}
 			return ""
