@@ -1,0 +1,32 @@
+package uclass
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// TestGenerateUpToDate regenerates tables.go and wants it unchanged, so the
+// checked-in tables always match the checked-in source and generator.
+func TestGenerateUpToDate(t *testing.T) {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out := filepath.Join(t.TempDir(), "tables.go")
+	cmd := exec.Command(goBin, "run", "gen.go", "-in", "../../../testdata/tokenizers/onig-unicode-classes.txt", "-out", out)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go run gen.go: %v\n%s", err, msg)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("tables.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("tables.go is stale: run go generate ./tokenize/internal/uclass")
+	}
+}
