@@ -64,8 +64,9 @@
 // each running goroutine uses one cache state (up to ~10 MB when full) taken
 // from a pool that keeps as many states as were ever in use at once.
 // AppendEncode does not allocate once its cache is warm (beyond growing dst),
-// except to normalize text that is not already normalized or to replace
-// invalid UTF-8. Slices returned by Encode and EncodeBatch belong to the
+// except to normalize text that is not already normalized, to replace invalid
+// UTF-8, or when the pre-tokenizer has no hand-written scanner (a regexp2
+// Split, several Splits, or add_prefix_space). Slices returned by Encode and EncodeBatch belong to the
 // caller. A loaded Qwen2.5 or Llama-3.1 tokenizer holds about 25 MB of heap.
 //
 // # Formats
