@@ -16,6 +16,12 @@ with three changes:
 3. After ``fit()``, the driver runs ``ckptmerge``: last checkpoint -> HF
    safetensors in ``--output-dir`` (a volume).
 
+``--serve SOCKET``: the workers get the same batches, in the same order,
+from a ``ferry-serve`` daemon on SOCKET instead of mapping the shards
+themselves; the driver starts it after dataprep (one node; on several nodes
+start one per node, ``ferry-serve --data DIR --ranks ... --socket SOCKET``,
+before ``fit()``).
+
 CPU mode for tests (``--cpu``): a tiny model defined below, gloo and DDP (torch 1.13's FSDP needs CUDA). ``--worker`` runs train_func
 directly under torchrun, without Ray (for machines without Ray installed).
 """
@@ -23,6 +29,7 @@ directly under torchrun, without Ray (for machines without Ray installed).
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -155,7 +162,13 @@ def train_func(config: dict):
 
     # ferry replaces build_dataset + DataLoader + prepare_data_loader: the
     # worker's rank and the world size come from Ray Train's context.
-    loader = ferry.Loader(config["data_dir"], config["batch_size"], drop_last=True, seed=config.get("seed", 0))
+    # With config["serve"] the batches come from the node's ferry-serve.
+    loader = ferry.Loader(config["data_dir"], config["batch_size"], drop_last=True, seed=config.get("seed", 0),
+                          serve=config.get("serve"))
+    if rank == 0:
+        feed = f"ferry-serve at {config['serve']}" if config.get("serve") else "direct (mapped shards)"
+        print(f"ferry feed: {type(loader).__name__}, {feed}, {loader.steps_per_epoch} batches per worker per epoch",
+              flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"])
 
     use_mlflow = rank == 0 and bool(os.environ.get("MLFLOW_RUN_ID"))
@@ -186,6 +199,7 @@ def train_func(config: dict):
                 mlflow.log_metric("train_loss", loss, step=step)
 
     path = save_checkpoint(config, model, optimizer, loader, step)
+    loader.close()
     report({"loss": loss, "step": step}, checkpoint_dir=path)
     if use_mlflow:
         mlflow.end_run()
@@ -200,6 +214,29 @@ def run_dataprep(args, ranks):
            "--ranks", str(ranks), "--out", args.data_dir]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
+
+
+def start_ferry_serve(args):
+    """ferry-serve for this node's workers; returns the process once it
+    accepts connections."""
+    if os.path.exists(args.serve):
+        os.remove(args.serve)  # a stale socket of an earlier run
+    cmd = [args.ferry_serve, "--data", args.data_dir, "--socket", args.serve]
+    print("+", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd)
+    deadline = time.monotonic() + 600
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ferry-serve exited {proc.returncode} before listening on {args.serve}")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                s.connect(args.serve)
+            return proc
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"ferry-serve did not listen on {args.serve} within 10 minutes")
+            time.sleep(0.1)
 
 
 def run_ckptmerge(args):
@@ -224,6 +261,10 @@ def parse_args():
     ap.add_argument("--config-from", default="/tmp/ferry-tok", help="config.json + tokenizer files for the output")
     ap.add_argument("--dataprep", default=os.path.join(HERE, "bin", "dataprep"))
     ap.add_argument("--ckptmerge", default=os.path.join(HERE, "bin", "ckptmerge"))
+    ap.add_argument("--ferry-serve", default=os.path.join(HERE, "bin", "ferry-serve"))
+    ap.add_argument("--serve", metavar="SOCKET", default=None,
+                    help="feed the workers from a ferry-serve daemon on SOCKET (the driver starts it after dataprep; "
+                         "with --worker it must be running)")
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--max-steps", type=int, default=100)
@@ -239,7 +280,7 @@ def main():
     args = parse_args()
     config = {"lr": args.lr if not args.cpu else max(args.lr, 1e-2), "batch_size": args.batch_size,
               "max_steps": args.max_steps, "data_dir": args.data_dir, "checkpoint_dir": args.checkpoint_dir,
-              "cpu": args.cpu, "vocab_size": args.vocab_size}
+              "cpu": args.cpu, "vocab_size": args.vocab_size, "serve": args.serve}
     if args.worker:
         train_func(config)
         dist.barrier()
@@ -256,6 +297,7 @@ def main():
     t0 = time.time()
     run_dataprep(args, workers)  # one shard per worker
     print(f"dataprep: {time.time() - t0:.1f}s", flush=True)
+    daemon = start_ferry_serve(args) if args.serve else None
 
     trainer = TorchTrainer(
         train_func,
@@ -264,7 +306,12 @@ def main():
         torch_config=TorchConfig(backend="gloo" if args.cpu else "nccl"),
         run_config=RunConfig(storage_path="/tmp/ray_results", name="qwen-sft"),
     )
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    finally:
+        if daemon is not None:
+            daemon.terminate()  # SIGTERM: clean stop
+            daemon.wait()
     print(f"Training finished. Final metrics: {result.metrics}", flush=True)
     run_ckptmerge(args)
     ray.shutdown()

@@ -237,7 +237,7 @@ def main():
     loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed, serve=args.serve)
     if rank == 0:
         m = loader.manifest
-        feed = f"ferry-serve at {args.serve}" if args.serve else "direct"
+        feed = type(loader).__name__ + (f" (ferry-serve at {args.serve})" if args.serve else " (mapped shards)")
         print(f"World size={world_size} | model={'tiny' if args.tiny else args.model_name} | data={args.data_dir} "
               f"({m.mode}, seq_len {m.seq_len}, {m.ranks} shards x {m.rows_per_rank} rows, "
               f"{loader.steps_per_epoch} batches per rank per epoch) | feed={feed}", flush=True)

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -110,12 +111,11 @@ def read_metrics(path):
 
 
 @pytest.mark.e2e
-def test_torchrun_example_end_to_end(tmp_path):
+def test_torchrun_example_end_to_end(serve_bin, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     dataprep = tool("cmd/dataprep", str(bindir))
     ckptmerge = tool("cmd/ckptmerge", str(bindir))
-    ferry_serve = tool("cmd/ferry-serve", str(bindir))
 
     data = tmp_path / "data"
     run([dataprep, "--input", ALPACA, "--tokenizer", TOKENIZER, "--eos", "<|endoftext|>", "--seq-len", "64", "--ranks", "2",
@@ -133,7 +133,7 @@ def test_torchrun_example_end_to_end(tmp_path):
 
     # 1. The direct loader: each rank maps its shard.
     r, out, metrics = train("direct", 2, 20, ["--save-reference", str(tmp_path / "final-direct.pt")])
-    assert "World size=2" in r.stdout and "feed=direct" in r.stdout
+    assert "World size=2" in r.stdout and "feed=Loader (mapped shards)" in r.stdout
     direct = read_metrics(metrics)
     losses = [x["loss"] for x in direct]
     assert [x["step"] for x in direct] == list(range(1, 21))
@@ -149,14 +149,14 @@ def test_torchrun_example_end_to_end(tmp_path):
     # 2. Through ferry-serve (one daemon for the node's two ranks): the same
     # batches in the same order, so the same losses and the same weights.
     sock = str(tmp_path / "ferry.sock")
-    d = Daemon(ferry_serve, str(data), sock, ["--ranks", "0-1"])
+    d = Daemon(serve_bin, str(data), sock, ["--ranks", "0-1"])
     try:
         r, out_s, metrics_s = train("serve", 2, 20, ["--serve", sock, "--save-reference",
                                                      str(tmp_path / "final-serve.pt")])
     finally:
         code = d.kill(signal.SIGTERM)
     assert code == 0, f"ferry-serve exited {code} on SIGTERM:\n{d.output()}"
-    assert f"feed=ferry-serve at {sock}" in r.stdout
+    assert f"feed=ServeLoader (ferry-serve at {sock})" in r.stdout
     served = read_metrics(metrics_s)
     assert [x["step"] for x in served] == list(range(1, 21))
     assert [x["loss"] for x in served] == losses, "ferry-serve fed other batches than the direct loader"
@@ -177,16 +177,37 @@ def test_torchrun_example_end_to_end(tmp_path):
 
 
 @pytest.mark.e2e
-def test_ray_example_worker_mode_on_cpu(make_shards, tmp_path):
+@pytest.mark.parametrize("feed", ["direct", "serve"])
+def test_ray_example_worker_mode_on_cpu(make_shards, serve_bin, tmp_path, feed):
     """examples/ray-train's train_func without Ray (not installed here):
-    2 ranks under torchrun, ferry.Loader, DDP on gloo, sharded DCP save."""
+    2 ranks under torchrun, ferry.Loader (direct, or --serve through the
+    ferry-serve that the driver's start_ferry_serve starts), DDP on gloo,
+    sharded DCP save."""
     data = make_shards(ranks=2, rows=64, seq_len=32)
     ckpt = tmp_path / "dcp"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "python"))
     example = os.path.join(REPO, "examples", "ray-train", "train_ray.py")
-    r = run([sys.executable, TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-             example, "--worker", "--cpu", "--data-dir", data, "--checkpoint-dir", str(ckpt), "--batch-size", "2",
-             "--max-steps", "6"], cwd=tmp_path, env=env)
+    extra, daemon = [], None
+    if feed == "serve":
+        sys.path.insert(0, os.path.dirname(example))
+        try:
+            import train_ray
+        finally:
+            sys.path.pop(0)
+        sock = str(tmp_path / "ferry.sock")
+        open(sock, "w").close()  # a stale file where the socket goes: replaced
+        daemon = train_ray.start_ferry_serve(types.SimpleNamespace(serve=sock, ferry_serve=serve_bin, data_dir=data))
+        extra = ["--serve", sock]
+    try:
+        r = run([sys.executable, TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                 f"--master_port={free_port()}", example, "--worker", "--cpu", "--data-dir", data, "--checkpoint-dir",
+                 str(ckpt), "--batch-size", "2", "--max-steps", "6", *extra], cwd=tmp_path, env=env)
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            assert daemon.wait(timeout=30) == 0, "ferry-serve did not stop cleanly on SIGTERM"
+    want = f"ferry feed: ServeLoader, ferry-serve at {sock}," if feed == "serve" else "ferry feed: Loader, direct"
+    assert want in r.stdout
     steps = [json.loads(line)["step"] for line in r.stdout.splitlines() if line.startswith("{")]
     assert steps == [1, 2, 3, 4, 5, 6]
     with open(ckpt / "latest.json") as f:

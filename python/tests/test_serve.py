@@ -23,25 +23,12 @@ import ferry
 from ferry import serve_client as sc
 from ferry.serve_client import DaemonGone, ServeError, ServeLoader
 
-from helpers import REPO, Daemon, go_binary
+from helpers import REPO, Daemon
 
 GOLDEN = os.path.join(REPO, "serve", "testdata", "protocol.golden.json")
 
 
 # -- fixtures ---------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def serve_bin():
-    exe = os.environ.get("FERRY_SERVE_BIN")
-    if exe:
-        return exe
-    r = subprocess.run([go_binary(), "build", "-o", "bin/", "./cmd/ferry-serve"], cwd=REPO, capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.fail(f"cannot build bin/ferry-serve (go build -o bin/ ./cmd/ferry-serve, exit {r.returncode}):\n"
-                    f"{r.stdout}{r.stderr}")
-    return os.path.join(REPO, "bin", "ferry-serve")
-
-
 @pytest.fixture
 def daemon(serve_bin, tmp_path):
     started = []
