@@ -20,6 +20,9 @@ import (
 
 // Defaults of MergeOptions.
 const (
+	// earlyFlush: a local output file is fsynced in the background every
+	// this many bytes, so that writeback overlaps the copy.
+	earlyFlush        = 256 << 20
 	DefaultBufferSize = 4 << 20
 	// MaxGatherSize bounds the in-memory copy made of a chunk stored with
 	// non-row-major strides (a transposed tensor saved as is).
@@ -730,8 +733,11 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 		})
 	}
 	// in-order writer (or error collector for positioned writes)
+	lo, _ := out.(*localOut)
+	flushing := make(chan struct{}, 1) // holds a token while a background fsync runs
 	g.Go(func() error {
 		var written int64 = int64(len(f.Header))
+		var flushed int64
 		for j := range order {
 			var err error
 			select {
@@ -748,6 +754,15 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 				}
 			}
 			written += j.n
+			if lo != nil && written-flushed >= earlyFlush {
+				// start writeback early so the final fsync has less to do
+				flushed = written
+				select {
+				case flushing <- struct{}{}:
+					go func() { lo.f.Sync(); <-flushing }()
+				default:
+				}
+			}
 			if o.OnProgress != nil {
 				o.OnProgress(j.n)
 			}
@@ -758,7 +773,9 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 		}
 		return nil
 	})
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	flushing <- struct{}{} // wait for a background fsync before Commit or Abort
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
