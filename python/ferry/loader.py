@@ -84,7 +84,7 @@ class _LoaderMeta(type(torch.utils.data.IterableDataset)):
     """``Loader(..., serve=SOCKET)`` builds the daemon-fed loader instead."""
 
     def __call__(cls, *args, serve=None, **kwargs):
-        if serve is None or serve is False:
+        if serve is None or serve is False or serve == "":
             return super().__call__(*args, **kwargs)
         if cls is not Loader:
             raise TypeError(f"{cls.__name__} does not take serve=; use ferry.Loader(..., serve=SOCKET)")
@@ -125,6 +125,9 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
         prefetch: at the start of each epoch, ask the kernel to read this
             rank's shard ahead (madvise WILLNEED, shards up to 1 GiB;
             default True).
+        serve: the socket of this node's ``ferry-serve`` (``True``: the
+            default socket): returns a :class:`ferry.ServeLoader` (see
+            above). None, False or "" (default): this direct loader.
     """
 
     def __init__(self, path, batch_size, *, rank=None, world_size=None, shuffle=True, seed=None,

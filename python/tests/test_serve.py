@@ -431,8 +431,8 @@ def test_loader_serve_argument(make_shards, daemon, monkeypatch):
     b = next(iter(served))
     same_batches(b, next(iter(direct)))
     served.close()
-    # serve=None or False: the direct loader.
-    for off in (None, False):
+    # serve=None, False or "" (an unset config value): the direct loader.
+    for off in (None, False, ""):
         assert type(ferry.Loader(data, 4, serve=off, **kw)) is ferry.Loader
 
 
