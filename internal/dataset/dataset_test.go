@@ -198,6 +198,13 @@ func TestSkipBad(t *testing.T) {
 	}
 }
 
+func TestNullInput(t *testing.T) {
+	res, err := Parse("n.json", []byte(`[{"instruction": "a", "input": null, "output": "b"}]`), Options{})
+	if err != nil || res.Records[0] != (Record{"a", "", "b"}) {
+		t.Fatalf("null input: %v %+v", err, res)
+	}
+}
+
 func TestEscapes(t *testing.T) {
 	in := `[{"instruction": "q\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00\u0003", "output": "é😀"}]`
 	res, err := Parse("e.json", []byte(in), Options{})

@@ -5,7 +5,8 @@
 // objects, JSON Lines (one object per line, also when named .json), or
 // Parquet with string/large_string columns; each optionally gzip- or
 // zstd-compressed; from a local path or s3:// (internal/storage). Records
-// need string fields "instruction" and "output"; "input" is optional;
+// need string fields "instruction" and "output"; "input" is optional (absent,
+// null and "" all mean no input, as the seeds' row.get("input") has it);
 // other keys and columns are ignored.
 //
 // The JSON scanner is hand-written so that every problem names the file,

@@ -143,7 +143,11 @@ func (s *jsonScanner) object(rec *Record) (ferr *fieldError, err error) {
 				if err := s.skip(0); err != nil {
 					return nil, err
 				}
-				if ferr == nil {
+				if idx == 1 && kind == "null" {
+					// "input": null is an absent input, as the seeds'
+					// row.get("input") treats it.
+					rec.Input = ""
+				} else if ferr == nil {
 					ferr = &fieldError{field: fieldNames[idx], err: fmt.Errorf("%w: field %q is %s, want a string", ErrField, fieldNames[idx], kind)}
 				}
 			}

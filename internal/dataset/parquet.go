@@ -107,6 +107,9 @@ func parseParquet(name string, data []byte, res *Result, bad func(*RecordError) 
 				continue
 			}
 			v, ok := value(&cur[i])
+			if !ok && i == 1 {
+				ok = true // a null input is an absent input
+			}
 			switch {
 			case !ok && fe == nil:
 				fe, field = fmt.Errorf("%w: field %q is null, want a string", ErrField, fieldNames[i]), fieldNames[i]
