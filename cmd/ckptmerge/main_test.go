@@ -143,6 +143,23 @@ func TestLayouts(t *testing.T) {
 		t.Fatalf("torchtitan layout: exit %d\n%s", code, stderr)
 	}
 	sameFile(t, filepath.Join(out, "model.safetensors"), filepath.Join(fixtures, "torch-1.13", "mixed-ws4", "expected.safetensors"))
+	// torchtitan saving HF safetensors: step-N holds safetensors files
+	tt = t.TempDir()
+	copyTree(t, filepath.Join(fixtures, "hf-sharded-ws4"), filepath.Join(tt, "step-7"))
+	out = t.TempDir()
+	if code, _, stderr := run(t, tt, out); code != 0 || !strings.Contains(stderr, "step-7") {
+		t.Fatalf("torchtitan safetensors layout: exit %d\n%s", code, stderr)
+	}
+	sameFile(t, filepath.Join(out, "model.safetensors"), filepath.Join(fixtures, "hf-sharded-ws4", "expected.safetensors"))
+	// HF storage writer with enable_consolidation: shards in <path>/sharded
+	hf := t.TempDir()
+	copyTree(t, filepath.Join(fixtures, "hf-sharded-ws4"), filepath.Join(hf, "sharded"))
+	os.Remove(filepath.Join(hf, "sharded", "expected.safetensors"))
+	out = t.TempDir()
+	if code, _, stderr := run(t, hf, out); code != 0 || !strings.Contains(stderr, "sharded") {
+		t.Fatalf("sharded/ layout: exit %d\n%s", code, stderr)
+	}
+	sameFile(t, filepath.Join(out, "model.safetensors"), filepath.Join(fixtures, "hf-sharded-ws4", "expected.safetensors"))
 	// HF storage writer shards, with config files copied
 	cfg := t.TempDir()
 	os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"model_type":"llama"}`), 0o644)

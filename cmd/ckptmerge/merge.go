@@ -327,8 +327,9 @@ var stepRE = regexp.MustCompile(`^step-([0-9]+)$`)
 
 // resolveCheckpoint finds the DCP directory inside what the user named:
 // the directory itself when it has .metadata or *.safetensors, else
-// accelerate's pytorch_model_fsdp_0/, else torchtitan's highest step-N/
-// (directly or under checkpoint/).
+// accelerate's pytorch_model_fsdp_0/, else the sharded/ folder of torch's
+// HF storage writer, else torchtitan's highest step-N/ (directly or under
+// checkpoint/; DCP or safetensors).
 func resolveCheckpoint(ctx context.Context, loc string) (dir, note string, err error) {
 	has := func(l string) bool {
 		_, err := storage.Stat(ctx, storage.Join(l, ".metadata"))
@@ -362,7 +363,11 @@ func resolveCheckpoint(ctx context.Context, loc string) (dir, note string, err e
 			d := storage.Join(loc, parts[0])
 			return d, "using accelerate model checkpoint " + d, nil
 		}
-		if n := len(parts); n >= 2 && parts[n-1] == ".metadata" && n <= 3 {
+		if len(parts) == 2 && parts[0] == "sharded" && strings.HasSuffix(parts[1], ".safetensors") {
+			d := storage.Join(loc, "sharded")
+			return d, "using HF storage writer shards " + d, nil
+		}
+		if n := len(parts); n >= 2 && (parts[n-1] == ".metadata" || strings.HasSuffix(parts[n-1], ".safetensors")) && n <= 3 {
 			if m := stepRE.FindStringSubmatch(parts[n-2]); m != nil && (n == 2 || parts[0] == "checkpoint") {
 				s, _ := strconv.Atoi(m[1])
 				if s > bestStep {
