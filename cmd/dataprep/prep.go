@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,7 @@ type prepConfig struct {
 	force                 bool
 	quiet, jsonOut        bool
 	progressEvery         time.Duration
+	cpuProfile            string
 }
 
 func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
@@ -87,7 +89,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 	fs.BoolVar(&c.splitLong, "split-long", false, "pack mode: split an example longer than --seq-len into several instead of truncating it")
 	fs.Uint64Var(&c.seed, "seed", 0, "shuffle seed")
 	fs.BoolVar(&c.dropLast, "drop-last", false, "drop the tail rows so every rank has floor(rows/ranks) rows (default: wrap around like DistributedSampler)")
-	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "parallel workers (the output is identical for any value)")
+	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "parallel tokenizer workers; shards are written by max(workers, min(ranks, 8)) (the output is identical for any value)")
 	fs.StringVar(&c.templateFile, "template", "", "template `file` ({instruction} {input} {output} {eos} {bos}, {?input}...{/input}); default: the seeds' Alpaca prompt")
 	fs.StringVar(&c.eos, "eos", "", "EOS `token` appended by the template (default: the tokenizer's eos_token)")
 	fs.StringVar(&c.pad, "pad", "", "padding `token` (default: the tokenizer's pad_token, else the EOS token, as the seeds set pad_token = eos_token)")
@@ -97,6 +99,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 	fs.BoolVar(&c.force, "force", false, "replace an existing result in --out")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress and no summary on stderr")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the summary as one JSON object on stdout")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile to `file` (for performance work)")
 	fs.DurationVar(&c.progressEvery, "progress-every", 5*time.Second, "interval of the progress lines when stderr is not a terminal")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -175,6 +178,17 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c, err := parsePrepFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	t0 := time.Now()
 	// Refuse an existing result before spending time on the input (WriteDir
@@ -282,7 +296,9 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	m, err := shard.WriteDir(ctx, c.out, shard.DirConfig{
 		SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, Ranks: c.ranks, Seed: c.seed, DropLast: c.dropLast,
-		BatchRows: c.batchRows, Workers: c.workers, Force: c.force,
+		// Shard files are written by at least 8 writers (when there are
+		// that many ranks): the time goes to write and fsync waits, not CPU.
+		BatchRows: c.batchRows, Workers: max(c.workers, min(c.ranks, 8)), Force: c.force,
 		Template: tmpl.Name, TemplateText: tmpl.Text,
 		Tokenizer: shard.TokenizerInfo{
 			SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
