@@ -320,3 +320,28 @@ func TestExistingConfigNeedsForce(t *testing.T) {
 		t.Fatalf("config.json = %q after --force", b)
 	}
 }
+
+func TestVerifyDetectsCorruption(t *testing.T) {
+	dir := filepath.Join(fixtureRoot, "torch-1.13", "tp-ws2")
+	ck, err := OpenDir(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	p := planFor(t, ck, PlanOptions{})
+	out := t.TempDir()
+	if _, err := Merge(context.Background(), ck, p, DirSink(out), MergeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(context.Background(), ck, p, DirSource(out), 2, 128); err != nil {
+		t.Fatalf("clean output: %v", err)
+	}
+	path := filepath.Join(out, "model.safetensors")
+	b, _ := os.ReadFile(path)
+	b[len(b)-100] ^= 1
+	os.WriteFile(path, b, 0o644)
+	_, err = Verify(context.Background(), ck, p, DirSource(out), 2, 128)
+	if !errors.Is(err, ErrVerify) || !strings.Contains(err.Error(), "differs from the source") {
+		t.Fatalf("corrupted output: err = %v, want ErrVerify", err)
+	}
+}

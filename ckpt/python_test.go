@@ -61,4 +61,19 @@ func TestPyTorchReadsOutput(t *testing.T) {
 		t.Fatalf("python check failed: %v\n%s", err, b)
 	}
 	t.Logf("PyTorch agrees: %s", strings.TrimSpace(string(b)))
+
+	// the check can fail: one flipped bit in a tensor is reported
+	bad := filepath.Join(t.TempDir(), "model.safetensors")
+	raw, err := os.ReadFile(args[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-3] ^= 0x10
+	if err := os.WriteFile(bad, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err = exec.Command(py, "testdata/check_with_torch.py", args[1], bad, args[3]).CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "values differ") {
+		t.Fatalf("a corrupted file passed the python check: %v\n%s", err, b)
+	}
 }
