@@ -171,24 +171,31 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *
 // normalize applies the normalizer to s.
 func (t *Tokenizer) normalize(s string) string {
 	for _, f := range t.norms {
-		s = f.String(s)
-		if f == norm.NFC || f == norm.NFKC {
-			s = fixComposition(s)
-		}
+		s = normalizeLikeHF(f, s)
 	}
 	return s
 }
 
-// fixComposition undoes the one composition where golang.org/x/text and HF
-// tokenizers (the unicode-normalization-alignments crate) differ: HF leaves
-// U+11935 U+11930 (Dives Akuru, Unicode 13) decomposed, and even decomposes
-// U+11938.
-func fixComposition(s string) string {
+// normalizeLikeHF is f.String(s) with the one difference between
+// golang.org/x/text and HF tokenizers (whose unicode-normalization tables
+// predate Unicode 13) removed: HF does not know U+11938 DIVES AKURU VOWEL
+// SIGN O, so it neither composes U+11935 U+11930 into it nor decomposes it.
+// No other character composes with U+11938, so the text is normalized in
+// pieces split at each U+11938, which is kept as it is.
+func normalizeLikeHF(f norm.Form, s string) string {
+	const diveAkuru = "\xf0\x91\xa4" // the first 3 bytes of U+11900..U+1193F
 	const composed, decomposed = "\U00011938", "\U00011935\U00011930"
-	if strings.IndexByte(s, 0xF0) < 0 || !strings.Contains(s, composed) {
-		return s
+	if !strings.Contains(s, diveAkuru) {
+		return f.String(s)
 	}
-	return strings.ReplaceAll(s, composed, decomposed)
+	var b strings.Builder
+	for i, piece := range strings.Split(s, composed) {
+		if i > 0 {
+			b.WriteString(composed)
+		}
+		b.WriteString(strings.ReplaceAll(f.String(piece), composed, decomposed))
+	}
+	return b.String()
 }
 
 func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii bool, sc *state) []int32 {

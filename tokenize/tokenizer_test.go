@@ -159,3 +159,25 @@ func TestBPEMergeLoops(t *testing.T) {
 		}
 	}
 }
+
+// TestDivesAkuru pins what HF tokenizers 0.23.2 does with U+11935 U+11930
+// and U+11938 under NFC (probed with the Node binding): it leaves both as
+// they are, where golang.org/x/text composes the pair.
+func TestDivesAkuru(t *testing.T) {
+	tok := loadModel(t, "qwen2.5")
+	pair, one := []int32{128240, 97, 113, 128240, 97, 108}, []int32{128240, 97, 116}
+	for _, tc := range []struct {
+		in   string
+		want []int32
+	}{
+		{"\U00011935\U00011930", pair},
+		{" \U00011935\U00011930", append([]int32{220}, pair...)},
+		{"\U00011938", one},
+		{"x\U00011938", append([]int32{87}, one...)},
+		{"\U00011935\U00011930\U00011938\U00011935\U00011930", slices.Concat(pair, one, pair)},
+	} {
+		if got := tok.Encode(tc.in, false); !slices.Equal(got, tc.want) {
+			t.Errorf("%+q: got %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
