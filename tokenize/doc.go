@@ -15,9 +15,9 @@
 // # Exactness
 //
 // The ids are checked against HF tokenizers on every line of a hard 7,439-line
-// corpus (testdata/tokenizers/corpus-dev.jsonl.zst) for Qwen2.5 and Llama-3.1,
-// with and without special tokens, and on synthetic tokenizers for the other
-// features. The traps this needs to get right:
+// corpus (testdata/tokenizers/corpus-dev.jsonl.zst) and on 9,000 random probe
+// strings for Qwen2.5 and Llama-3.1, with and without special tokens, and on
+// synthetic tokenizers for the other features. The traps this needs to get right:
 //
 //   - The Split regexes use a look-ahead, \s+(?!\S), which Go's regexp cannot
 //     express. The regexes of Llama-3, Qwen2 and GPT-2 (PatternLlama3,
@@ -30,8 +30,9 @@
 //     and 80 numbers. internal/uclass holds tables generated (go generate)
 //     from the classes probed out of HF tokenizers itself.
 //   - (?i:'s) also matches 's with U+017F LATIN SMALL LETTER LONG S.
-//   - NFC: golang.org/x/text agrees with HF except that HF leaves U+11935
-//     U+11930 decomposed (and decomposes U+11938); normalize corrects that.
+//   - NFC: golang.org/x/text agrees with HF except around U+11938 (Unicode
+//     13), which HF's older tables do not know: HF neither composes U+11935
+//     U+11930 into it nor decomposes it; normalizeLikeHF does the same.
 //   - Added tokens are found before normalization and pre-tokenization with
 //     leftmost-longest matching, also when special is false; their ids are
 //     assigned the way HF registers them on load, not read from the file.
