@@ -570,3 +570,35 @@ func TestInterrupt(t *testing.T) {
 		t.Fatal("interrupted run left manifest.json")
 	}
 }
+
+// TestUserTemplate: --template formats with a user file and mask-prompt
+// masks exactly the text before {output}.
+func TestUserTemplate(t *testing.T) {
+	tmpl := writeFile(t, "t.txt", "Q: {instruction}{?input} [{input}]{/input}\nA: {output}{eos}")
+	in := writeFile(t, "in.jsonl", `{"instruction": "Add 2 and 2", "input": "fast", "output": "4"}`+"\n")
+	dir := t.TempDir()
+	mustPrep(t, "--input", in, "--tokenizer", qwen.dir, "--eos", qwen.eos, "--template", tmpl, "--labels", "mask-prompt", "--seq-len", "64", "--quiet", "--out", dir)
+	tok, err := loadTokenizer(qwen.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := tok.Encode("Q: Add 2 and 2 [fast]\nA: ", false)
+	full := tok.Encode("Q: Add 2 and 2 [fast]\nA: 4<|endoftext|>", false)
+	m := allRows(t, dir, func(m *shard.Manifest, pos int, r *shard.Row) {
+		if !slices.Equal(r.InputIDs[:r.Length], full) {
+			t.Fatalf("ids %v, want %v", r.InputIDs[:r.Length], full)
+		}
+		for j := range int(r.Length) {
+			want := full[j]
+			if j < len(prompt) {
+				want = shard.IgnoreIndex
+			}
+			if r.Labels[j] != want {
+				t.Fatalf("label %d = %d, want %d", j, r.Labels[j], want)
+			}
+		}
+	})
+	if !strings.HasPrefix(m.Template, "file:") || m.TemplateText == "" {
+		t.Errorf("manifest template %q", m.Template)
+	}
+}
