@@ -30,8 +30,9 @@ type ptSlot struct {
 }
 
 const (
-	// maxCachedLen is the longest pre-token (in bytes) kept in the cache.
-	maxCachedLen = 64
+	// maxCachedLen is the longest pre-token (in bytes) kept in the cache (HF
+	// caches words of up to 256 characters).
+	maxCachedLen = 255
 	// maxCacheEntries bounds each cache (about 40 bytes an entry plus the
 	// ids); a full cache starts over empty.
 	maxCacheEntries = 1 << 17
