@@ -591,10 +591,8 @@ func tryKernelCopy(bx box, kc *kernelCopier) (bool, error) {
 	for _, p := range pieces {
 		ok, err := kc.copy(p.src, p.srcOff, p.dstO, p.n)
 		if !ok {
-			if len(pieces) > 0 && p != pieces[0] {
-				// a later piece cannot take the fast path: redo the box with buffers
-				return false, nil
-			}
+			// no descriptor for the fast path: redo the whole box with
+			// buffers (rewriting pieces already copied is harmless)
 			return false, nil
 		}
 		if err != nil {
