@@ -381,7 +381,7 @@ func rewritePattern(p string) (string, error) {
 			case esc == 'S':
 				set, neg = sets[uclass.Space], true
 			case esc == 'p' || esc == 'P':
-				return "", fmt.Errorf("Unicode class %q is not supported", p[i:min(len(p), i+8)])
+				return "", fmt.Errorf("the Unicode class %q is not supported", p[i:min(len(p), i+8)])
 			}
 			switch {
 			case set == "":
