@@ -2,9 +2,9 @@ package uclass
 
 import (
 	"bytes"
+	"go/build"
 	"os"
 	"os/exec"
-	"go/build"
 	"path/filepath"
 	"testing"
 )
