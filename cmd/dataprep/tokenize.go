@@ -11,9 +11,11 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -46,6 +48,10 @@ type tokenizeConfig struct {
 	padToken  string
 	out       string
 	benchLine bool
+	bench     bool
+	runs      int
+	warmup    int
+	batch     int
 	input     string // "" = stdin
 }
 
@@ -70,6 +76,11 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 	fs.StringVar(&c.padToken, "pad-token", "", "the padding `token` (default: --eos, as the seeds set pad_token = eos_token)")
 	fs.StringVar(&c.out, "out", "-", "output `file`: - for stdout, none to discard the ids")
 	fs.BoolVar(&c.benchLine, "bench-line", false, `print a final {"bench": {...}} line with the encode throughput on stdout`)
+	fs.BoolVar(&c.bench, "bench", false, "time EncodeBatch over the whole input --runs times after --warmup and print one JSON object, as hf-tokenize.js --bench does (no ids are written)")
+	fs.IntVar(&c.runs, "runs", 5, "with --bench: timed runs")
+	fs.IntVar(&c.warmup, "warmup", 1, "with --bench: untimed runs first")
+	fs.IntVar(&c.batch, "batch", 4096, "JSONL lines read and encoded per batch")
+	special := fs.Bool("special", false, "add_special_tokens=true (the default; for hf-tokenize.js compatibility)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -94,6 +105,12 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 		return bad("--max-length must be >= 0")
 	case c.pad && c.maxLength == 0:
 		return bad("--pad needs --max-length")
+	case c.batch < 1:
+		return bad("--batch must be >= 1")
+	case c.bench && (c.runs < 1 || c.warmup < 0):
+		return bad("--runs must be >= 1 and --warmup >= 0")
+	case *special && c.noSpecial:
+		return bad("--special and --no-special")
 	}
 	if c.pad && c.padToken == "" {
 		c.padToken = c.eos
@@ -172,6 +189,9 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 
 	p := &tokenizePass{tok: tok, cfg: c, padID: padID, threads: threads, name: name}
 	t1 := time.Now()
+	if c.bench {
+		return p.bench(ctx, in, stdout)
+	}
 	if c.alpaca {
 		data, err := io.ReadAll(in)
 		if err != nil {
@@ -189,7 +209,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		br := bufio.NewReaderSize(in, 1<<20)
 		lineNo := 1
 		for {
-			lines, n, eof, err := readLines(br, 4096, 8<<20)
+			lines, n, eof, err := readLineBatch(br, c.batch, 8<<20)
 			if err != nil {
 				return fmt.Errorf("dataprep tokenize: %s: line %d: %w", name, lineNo+n, err)
 			}
@@ -218,9 +238,9 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		enc := p.encodeS.Load()
 		s := float64(enc) / 1e9
 		line, _ := json.Marshal(map[string]any{"bench": map[string]any{
-			"load_s": round4(loadS), "read_s": round4(p.readS), "encode_s": round4(s),
+			"load_s": tokRound4(loadS), "read_s": tokRound4(p.readS), "encode_s": tokRound4(s),
 			"lines": p.lines, "bytes": p.bytes, "tokens": p.tokens,
-			"encode_mb_per_s": round4(float64(p.bytes) / s / 1e6), "tokens_per_s": int64(float64(p.tokens) / s),
+			"encode_mb_per_s": tokRound4(float64(p.bytes) / s / 1e6), "tokens_per_s": int64(float64(p.tokens) / s),
 			"threads": threads,
 		}})
 		if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
@@ -230,15 +250,15 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	return nil
 }
 
-func round4(x float64) float64 {
+func tokRound4(x float64) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 4, 64), 64)
 	return v
 }
 
-// readLines reads up to maxLines lines or about maxBytes bytes. Blank lines
+// readLineBatch reads up to maxLines lines or about maxBytes bytes. Blank lines
 // are kept (and rejected later, with their number); the last line may lack
 // its newline. n is the number of lines consumed.
-func readLines(br *bufio.Reader, maxLines, maxBytes int) (lines [][]byte, n int, eof bool, err error) {
+func readLineBatch(br *bufio.Reader, maxLines, maxBytes int) (lines [][]byte, n int, eof bool, err error) {
 	size := 0
 	for len(lines) < maxLines && size < maxBytes {
 		line, err := br.ReadBytes('\n')
@@ -280,28 +300,9 @@ func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, 
 	n := len(texts)
 	if lines != nil {
 		n = len(lines)
-		texts = make([]string, n)
-		errs := make([]error, n)
-		p.parallel(n, func(i int, _ *[]int32) {
-			var rec struct {
-				Text *string `json:"text"`
-			}
-			line := lines[i]
-			if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
-				line = []byte(tokenize.ValidUTF8(string(line)))
-			}
-			if err := json.Unmarshal(line, &rec); err != nil {
-				errs[i] = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
-			} else if rec.Text == nil {
-				errs[i] = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
-			} else {
-				texts[i] = *rec.Text
-			}
-		})
-		for _, err := range errs {
-			if err != nil {
-				return fmt.Errorf("dataprep tokenize: %w", err)
-			}
+		var err error
+		if texts, err = p.decodeLines(lines, firstLine); err != nil {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -335,6 +336,105 @@ func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, 
 		}
 	}
 	return nil
+}
+
+// decodeLines decodes JSONL {"text": ...} lines in parallel.
+func (p *tokenizePass) decodeLines(lines [][]byte, firstLine int) ([]string, error) {
+	texts := make([]string, len(lines))
+	errs := make([]error, len(lines))
+	p.parallel(len(lines), func(i int, _ *[]int32) {
+		var rec struct {
+			Text *string `json:"text"`
+		}
+		line := lines[i]
+		if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
+			line = []byte(tokenize.ValidUTF8(string(line)))
+		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			errs[i] = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
+		} else if rec.Text == nil {
+			errs[i] = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
+		} else {
+			texts[i] = *rec.Text
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("dataprep tokenize: %w", err)
+		}
+	}
+	return texts, nil
+}
+
+// bench is --bench: the reference tool's timing of encodeBatch over the
+// whole input, median of --runs after --warmup, by wall clock and by the
+// process's CPU time.
+func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer) error {
+	data, err := io.ReadAll(in)
+	if err != nil {
+		return fmt.Errorf("dataprep tokenize: %s: %w", p.name, err)
+	}
+	var texts []string
+	if p.cfg.alpaca {
+		texts, err = alpacaPrompts(data, p.name, p.cfg.eos)
+	} else {
+		lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+		if len(data) == 0 {
+			lines = nil
+		}
+		for i := range lines {
+			lines[i] = bytes.TrimSuffix(lines[i], []byte("\r"))
+		}
+		texts, err = p.decodeLines(lines, 1)
+	}
+	if err != nil {
+		return fmt.Errorf("dataprep tokenize: %w", err)
+	}
+	var nbytes, tokens int64
+	for _, t := range texts {
+		nbytes += int64(len(t))
+	}
+	special := !p.cfg.noSpecial
+	for range max(1, p.cfg.warmup) {
+		tokens = 0
+		for _, ids := range p.tok.EncodeBatch(texts, special, p.threads) {
+			tokens += int64(len(ids))
+		}
+	}
+	var wall, cpu []float64
+	for range p.cfg.runs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c0, t0 := tokProcessCPU(), time.Now()
+		p.tok.EncodeBatch(texts, special, p.threads)
+		wall = append(wall, time.Since(t0).Seconds())
+		cpu = append(cpu, tokProcessCPU()-c0)
+	}
+	s, cs := tokMedian(wall), tokMedian(cpu)
+	out, _ := json.Marshal(map[string]any{
+		"tokenizer": p.cfg.tokenizer, "threads": p.threads, "lines": len(texts), "bytes": nbytes, "tokens": tokens,
+		"add_special_tokens": special, "runs_s": wall, "median_s": tokRound4(s),
+		"MB_per_s": tokRound4(float64(nbytes) / s / 1e6), "tokens_per_s": int64(float64(tokens) / s),
+		"median_cpu_s": tokRound4(cs), "MB_per_cpu_s": tokRound4(float64(nbytes) / cs / 1e6), "tokens_per_cpu_s": int64(float64(tokens) / cs),
+	})
+	_, err = fmt.Fprintf(stdout, "%s\n", out)
+	return err
+}
+
+func tokMedian(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// tokProcessCPU is the user+system CPU time of this process, in seconds.
+func tokProcessCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // parallel calls fn(i) for i in [0, n) on p.threads goroutines; buf is a
