@@ -35,7 +35,7 @@ const (
 	maxCachedLen = 255
 	// maxCacheEntries bounds each cache (about 40 bytes an entry plus the
 	// ids); a full cache starts over empty.
-	maxCacheEntries = 1 << 17
+	maxCacheEntries = 1 << 16
 	minCacheSlots   = 1 << 12
 )
 

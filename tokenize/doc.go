@@ -56,13 +56,13 @@
 // over raw bytes (the vocabulary is re-keyed from byte-level characters to
 // bytes at load) with merge ranks keyed by a pair of ids. Each goroutine has
 // its own cache (an open-addressing table for short keys, cleared when it
-// reaches 131,072 entries), so there are no locks on the hot path.
+// reaches 65,536 entries), so there are no locks on the hot path.
 //
 // # Concurrency and memory
 //
 // A Tokenizer is immutable after Load and safe for concurrent use. Encode,
 // AppendEncode and EncodeBatch may be called from any number of goroutines;
-// each running goroutine uses one cache state (up to ~10 MB when full) taken
+// each running goroutine uses one cache state (up to ~7 MB when full) taken
 // from a pool that keeps as many states as were ever in use at once.
 // AppendEncode does not allocate once its cache is warm (beyond growing dst),
 // except to normalize text that is not already normalized, to replace invalid
