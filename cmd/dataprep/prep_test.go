@@ -491,7 +491,7 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	}
 	in := writeFile(t, "big.jsonl", buf.String())
 	completed := 0
-	for i, delay := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 1000 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond} {
+	for i, delay := range []time.Duration{100 * time.Millisecond, 1000 * time.Millisecond, 2500 * time.Millisecond} {
 		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
 		cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "4", "--batch-rows", "64", "--quiet", "--out", dir)
 		cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
@@ -513,7 +513,55 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 			t.Fatalf("killed after %v: manifest.json exists", delay)
 		}
 	}
-	t.Logf("%d of 5 runs finished before SIGKILL", completed)
+	t.Logf("%d of 3 runs finished before SIGKILL", completed)
+	// Deterministic points: kill as soon as the first shard temp file
+	// appears (mid-write), and as soon as the first shard is renamed into
+	// place (some shards complete, others not, no manifest yet).
+	for _, point := range []struct {
+		name string
+		hit  func(names []string) bool
+	}{
+		{"first temp file", func(names []string) bool { return len(names) > 0 }},
+		{"first complete shard", func(names []string) bool {
+			return slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "rank-") })
+		}},
+	} {
+		dir := filepath.Join(t.TempDir(), "point")
+		cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "4", "--workers", "1", "--batch-rows", "64", "--quiet", "--out", dir)
+		cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		hit := false
+	poll:
+		for {
+			select {
+			case <-exited:
+				break poll
+			default:
+			}
+			ents, _ := os.ReadDir(dir)
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if point.hit(names) {
+				hit = true
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				<-exited
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if !hit {
+			t.Fatalf("%s: the run ended before the kill point", point.name)
+		}
+		if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err == nil {
+			t.Fatalf("killed at %s: manifest.json exists", point.name)
+		}
+	}
 	// A killed run's leftovers do not block the next run (no --force needed).
 	dir := filepath.Join(t.TempDir(), "again")
 	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", dir)
