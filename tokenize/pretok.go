@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -122,6 +123,30 @@ var asciiLetterSpace = func() (t [256]uint8) {
 	return
 }()
 
+// asciiLetters returns the end of the run of ASCII letters at s[i:], eight
+// bytes at a time: with the 0x20 bit set, a letter is a byte in 'a'..'z'.
+func asciiLetters(s string, i int) int {
+	const hi = 0x8080808080808080
+	for i+8 <= len(s) {
+		w := load64(s, i)
+		if w&hi != 0 {
+			break
+		}
+		// All bytes < 0x80, so the additions do not carry between bytes: the
+		// high bit of x+0x1f is set for bytes >= 'a', of x+0x05 for bytes > 'z'.
+		x := w | 0x2020202020202020
+		m := (x + 0x1f1f1f1f1f1f1f1f) &^ (x + 0x0505050505050505) & hi
+		if m != hi {
+			return i + bits.TrailingZeros64(^m&hi)/8
+		}
+		i += 8
+	}
+	for i < len(s) && asciiLetterSpace[s[i]] == 1 {
+		i++
+	}
+	return i
+}
+
 // scan returns the byte length of the first pre-token of s (len(s) > 0) under
 // the regex of kind, which must not be scanNone. These regexes match at every
 // position, so the pre-tokens tile the text: there are no gaps.
@@ -137,9 +162,7 @@ func scan(kind scanKind, s string) int {
 				goto general
 			}
 		}
-		for i < len(s) && asciiLetterSpace[s[i]] == 1 {
-			i++
-		}
+		i = asciiLetters(s, i)
 		if i == len(s) || s[i] < utf8.RuneSelf {
 			return i
 		}

@@ -150,3 +150,26 @@ func TestRewritePattern(t *testing.T) {
 		}
 	}
 }
+
+// TestASCIILetters checks the eight-bytes-at-a-time letter run against a
+// byte loop, with every byte value at every position of a word.
+func TestASCIILetters(t *testing.T) {
+	slow := func(s string, i int) int {
+		for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z') {
+			i++
+		}
+		return i
+	}
+	for c := 0; c < 256; c++ {
+		for pos := 0; pos < 20; pos++ {
+			b := []byte("abcdefghijklmnopQRSTUVWXYZ")
+			b[pos] = byte(c)
+			for start := 0; start < 3; start++ {
+				s := string(b)
+				if got, want := asciiLetters(s, start), slow(s, start); got != want {
+					t.Fatalf("asciiLetters(%q, %d) = %d, want %d", s, start, got, want)
+				}
+			}
+		}
+	}
+}
