@@ -7,6 +7,9 @@ FERRY_CACHE ?= $(HOME)/.cache/ferry
 FUZZTIME    ?= 300x
 # Packages that run goroutines get -race in `make test`.
 RACE_PKGS   ?= ./...
+# Under -race these packages check a sample of their big golden corpora (the
+# race detector makes them ~10x slower); they run again without it, in full.
+FULL_PKGS   ?= ./tokenize/ ./cmd/dataprep/
 GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -43,6 +46,7 @@ lint: vet fmt-check
 # a failure instead of a skip: `make test` never skips a check.
 test-go: build
 	FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 $(RACE_PKGS)
+	FERRY_REQUIRE_TOOLS=1 $(GO) test -count=1 $(FULL_PKGS)
 
 test-python: build
 	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -q python/
