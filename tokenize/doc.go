@@ -33,6 +33,11 @@
 //   - NFC: golang.org/x/text agrees with HF except around U+11938 (Unicode
 //     13), which HF's older tables do not know: HF neither composes U+11935
 //     U+11930 into it nor decomposes it; normalizeLikeHF does the same.
+//   - NFC/NFKC/NFD/NFKD: golang.org/x/text writes the stream-safe text format
+//     (U+034F COMBINING GRAPHEME JOINER after 30 consecutive non-starters);
+//     HF does not, and sorts a run of any length by combining class and
+//     composes across it. Where x/text inserts a CGJ, normalizeUnbounded
+//     redoes the string with the plain UAX #15 algorithm (x/text's data).
 //   - Added tokens are found before normalization and pre-tokenization with
 //     leftmost-longest matching, also when special is false; their ids are
 //     assigned the way HF registers them on load, not read from the file.

@@ -176,9 +176,11 @@ func (t *Tokenizer) normalize(s string) string {
 	return s
 }
 
-// normalizeLikeHF is f.String(s) with the one difference between
-// golang.org/x/text and HF tokenizers (whose unicode-normalization tables
-// predate Unicode 13) removed: HF does not know U+11938 DIVES AKURU VOWEL
+// normalizeLikeHF is f.String(s) with the two differences between
+// golang.org/x/text and HF tokenizers (Rust's unicode-normalization crate)
+// removed. HF does not write the stream-safe text format, so there is no
+// U+034F after 30 non-starters (normalizeForm). And HF's tables predate
+// Unicode 13: HF does not know U+11938 DIVES AKURU VOWEL
 // SIGN O, so it neither composes U+11935 U+11930 into it nor decomposes it.
 // No other character composes with U+11938, so the text is normalized in
 // pieces split at each U+11938, which is kept as it is.
@@ -186,14 +188,14 @@ func normalizeLikeHF(f norm.Form, s string) string {
 	const diveAkuru = "\xf0\x91\xa4" // the first 3 bytes of U+11900..U+1193F
 	const composed, decomposed = "\U00011938", "\U00011935\U00011930"
 	if !strings.Contains(s, diveAkuru) {
-		return f.String(s)
+		return normalizeForm(f, s)
 	}
 	var b strings.Builder
 	for i, piece := range strings.Split(s, composed) {
 		if i > 0 {
 			b.WriteString(composed)
 		}
-		b.WriteString(strings.ReplaceAll(f.String(piece), composed, decomposed))
+		b.WriteString(strings.ReplaceAll(normalizeForm(f, piece), composed, decomposed))
 	}
 	return b.String()
 }
