@@ -577,7 +577,10 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	}
 }
 
-// TestInterrupt: SIGINT exits with status 130 and leaves no manifest.
+// TestInterrupt: SIGINT exits with status 130 and leaves no manifest. The
+// signal is sent only once the child has printed a progress line of its
+// read or tokenize phase: main installs the handler before the job starts,
+// so the handler is in place, and the job is still far from done.
 func TestInterrupt(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -597,22 +600,53 @@ func TestInterrupt(t *testing.T) {
 	}
 	in := writeFile(t, "big.jsonl", buf.String())
 	dir := filepath.Join(t.TempDir(), "out")
-	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--out", dir)
+	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--progress-every", "1ms", "--out", dir)
 	cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
-	_ = cmd.Process.Signal(os.Interrupt)
+	// Read stderr to the end (the child must never block on it), and say
+	// when the first progress line of an early phase arrives.
+	var stderr strings.Builder
+	running := make(chan struct{})
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(pipe)
+		seen := false
+		for sc.Scan() {
+			line := sc.Text()
+			stderr.WriteString(line + "\n")
+			if !seen && (strings.HasPrefix(line, "dataprep: read ") || strings.HasPrefix(line, "dataprep: tokenize ")) {
+				seen = true
+				close(running)
+			}
+		}
+	}()
+	select {
+	case <-running:
+	case <-readDone:
+		_ = cmd.Wait()
+		t.Fatalf("the child printed no read/tokenize progress line; stderr:\n%s", stderr.String())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	<-readDone
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if err == nil {
-		t.Fatal("the run finished before the interrupt: make the input larger")
+		t.Fatalf("the run finished before the interrupt: make the input larger; stderr:\n%s", stderr.String())
 	}
 	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 		t.Fatalf("exit %v, want status 130; stderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "dataprep: interrupted; no result was written") {
+		t.Errorf("stderr does not say the run was interrupted:\n%s", stderr.String())
 	}
 	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err == nil {
 		t.Fatal("interrupted run left manifest.json")
