@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -29,8 +30,10 @@ func skipWS(d []byte, i int) int {
 	return i
 }
 
-// jsonString reads the JSON string starting at d[i] (a quote).
-func jsonString(d []byte, i int) (string, int, error) {
+// jsonString reads the JSON string starting at d[i] (a quote); ds is
+// string(d), converted once by the caller, so a string without escapes is a
+// substring of it and costs no allocation.
+func jsonString(d []byte, ds string, i int) (string, int, error) {
 	if i >= len(d) || d[i] != '"' {
 		return "", i, fmt.Errorf("byte %d of the value: want a string", i)
 	}
@@ -42,7 +45,7 @@ func jsonString(d []byte, i int) (string, int, error) {
 			j++
 		case c == '"':
 			if !esc {
-				return string(d[i+1 : j]), j + 1, nil
+				return ds[i+1 : j], j + 1, nil
 			}
 			var s string
 			if err := json.Unmarshal(d[i:j+1], &s); err != nil {
@@ -109,8 +112,12 @@ func (v *vocabJSON) UnmarshalJSON(d []byte) error {
 	if string(d) == "null" {
 		return nil
 	}
+	// Every entry has at least two quotes: size the slices once.
+	n := bytes.Count(d, []byte{'"'}) / 2
+	v.toks, v.ids = make([]string, 0, n), make([]int32, 0, n)
+	ds := string(d)
 	return wrapPath("$.model.vocab", list(d, '{', '}', func(i int) (int, error) {
-		tok, i, err := jsonString(d, i)
+		tok, i, err := jsonString(d, ds, i)
 		if err != nil {
 			return i, err
 		}
@@ -122,7 +129,7 @@ func (v *vocabJSON) UnmarshalJSON(d []byte) error {
 		for j < len(d) && (d[j] == '-' || (d[j] >= '0' && d[j] <= '9')) {
 			j++
 		}
-		id, err := strconv.ParseInt(string(d[i:j]), 10, 32)
+		id, err := strconv.ParseInt(ds[i:j], 10, 32)
 		if err != nil {
 			return i, fmt.Errorf("byte %d: token %q: id is not an integer", i, tok)
 		}
@@ -144,16 +151,19 @@ func (m *mergesJSON) UnmarshalJSON(d []byte) error {
 	if string(d) == "null" {
 		return nil
 	}
+	// Every merge has at least two quotes: size the slice once.
+	m.pairs = make([][2]string, 0, bytes.Count(d, []byte{'"'})/2)
+	ds := string(d)
 	return wrapPath("$.model.merges", list(d, '[', ']', func(i int) (int, error) {
 		if i < len(d) && d[i] == '[' {
-			a, i, err := jsonString(d, skipWS(d, i+1))
+			a, i, err := jsonString(d, ds, skipWS(d, i+1))
 			if err != nil {
 				return i, err
 			}
 			if i, err = expect(d, i, ','); err != nil {
 				return i, err
 			}
-			b, i, err := jsonString(d, skipWS(d, i))
+			b, i, err := jsonString(d, ds, skipWS(d, i))
 			if err != nil {
 				return i, err
 			}
@@ -163,7 +173,7 @@ func (m *mergesJSON) UnmarshalJSON(d []byte) error {
 			m.pairs = append(m.pairs, [2]string{a, b})
 			return i, nil
 		}
-		s, i, err := jsonString(d, i)
+		s, i, err := jsonString(d, ds, i)
 		if err != nil {
 			return i, err
 		}

@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/text/unicode/norm"
@@ -80,23 +82,46 @@ func readMaybeZstd(path string) ([]byte, error) {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
 	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".zst") {
-		d, err := zstd.NewReader(f, zstd.WithDecoderMaxMemory(MaxFileSize), zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, fmt.Errorf("tokenize: %s: %w", path, err)
-		}
-		defer d.Close()
-		r = d
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
+	tooBig := fmt.Errorf("tokenize: %s: larger than %d bytes", path, MaxFileSize)
+	if st.Size() > MaxFileSize {
+		return nil, tooBig
+	}
+	// One read of the exact size (io.ReadAll would grow and copy).
+	data := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
+	}
+	if !strings.HasSuffix(path, ".zst") {
+		return data, nil
+	}
+	d, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(MaxFileSize), zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
 	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("tokenize: %s: larger than %d bytes", path, MaxFileSize)
+	defer d.Close()
+	// The frame header usually records the decompressed size: decode into a
+	// buffer of that size at once (when it is plausible: a corrupt header
+	// must not make us allocate a gigabyte for a small file).
+	var dst []byte
+	var h zstd.Header
+	if h.Decode(data) == nil && h.HasFCS && h.FrameContentSize <= MaxFileSize && h.FrameContentSize <= 64*uint64(len(data))+1<<20 {
+		dst = make([]byte, 0, h.FrameContentSize)
 	}
-	return data, nil
+	out, err := d.DecodeAll(data, dst)
+	if err != nil {
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+			return nil, tooBig
+		}
+		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
+	}
+	if len(out) > MaxFileSize {
+		return nil, tooBig
+	}
+	return out, nil
 }
 
 // jsonPath errors.
@@ -353,27 +378,6 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 		}
 		maxID = max(maxID, id)
 	}
-	t.oddTokens = map[string]int32{}
-	t.tokens = make([]string, maxID+1)
-	t.decoded = make([]string, maxID+1)
-	t.isToken = make([]bool, maxID+1)
-	for tok, id := range vocab {
-		if t.isToken[id] {
-			return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
-		}
-		t.isToken[id] = true
-		t.tokens[id] = tok
-		raw, ok := byteLevelDecode(tok)
-		t.decoded[id] = string(raw)
-		if !ok {
-			t.oddTokens[tok] = id
-		} else {
-			bm.vocab[string(raw)] = id
-			if len(raw) == 1 {
-				bm.byteID[raw[0]] = id
-			}
-		}
-	}
 	t.vocabSize = len(vocab)
 	bm.unkID = -1
 	if v.UnkToken != nil {
@@ -386,17 +390,88 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 	if v.Merges.bad >= 0 {
 		return corrupt(fmt.Sprintf("%s.merges[%d]", path, v.Merges.bad), "merge %q is not two tokens separated by one space", v.Merges.pairs[v.Merges.bad][0])
 	}
-	bm.merges = make(map[uint64]uint64, len(v.Merges.pairs))
-	for i, p := range v.Merges.pairs {
-		a, b := p[0], p[1]
-		ia, oka := vocab[a]
-		ib, okb := vocab[b]
-		im, okm := vocab[a+b]
-		if !oka || !okb || !okm {
-			return corrupt(fmt.Sprintf("%s.merges[%d]", path, i), "merge %q %q: token not in the vocab", a, b)
-		}
-		bm.merges[pairKey(ia, ib)] = uint64(i)<<32 | uint64(uint32(im))
+	var wg sync.WaitGroup
+	var mergeErr error
+	wg.Add(1)
+	go func() { // the merges need only vocab: build them beside the rest
+		defer wg.Done()
+		mergeErr = t.buildMerges(vocab, v.Merges.pairs, path)
+	}()
+	err := t.buildVocab(vocab, maxID, path)
+	wg.Wait()
+	if err != nil {
+		return err
 	}
+	return mergeErr
+}
+
+// buildVocab fills the id -> token tables and the byte-level vocabulary.
+func (t *Tokenizer) buildVocab(vocab map[string]int32, maxID int32, path string) error {
+	bm := &t.model
+	t.oddTokens = map[string]int32{}
+	t.tokens = make([]string, maxID+1)
+	t.decoded = make([]string, maxID+1)
+	t.isToken = make([]bool, maxID+1)
+	for tok, id := range vocab {
+		if t.isToken[id] {
+			return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
+		}
+		t.isToken[id] = true
+		t.tokens[id] = tok
+		raw, ok := byteLevelDecode(tok)
+		dec := string(raw)
+		t.decoded[id] = dec
+		if !ok {
+			t.oddTokens[tok] = id
+		} else {
+			bm.vocab[dec] = id
+			if len(raw) == 1 {
+				bm.byteID[raw[0]] = id
+			}
+		}
+	}
+	return nil
+}
+
+// buildMerges fills t.model.merges from the merge pairs. The three vocab
+// lookups per merge are most of the work: they run in parallel chunks, and
+// the map is filled after, in merge order.
+func (t *Tokenizer) buildMerges(vocab map[string]int32, pairs [][2]string, path string) error {
+	type kv struct{ k, v uint64 }
+	kvs := make([]kv, len(pairs))
+	parts := min(runtime.GOMAXPROCS(0), 4, len(pairs)/16384+1)
+	bad := make([]int, parts) // per part: the first merge with a missing token, or -1
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := p*len(pairs)/parts, (p+1)*len(pairs)/parts
+		bad[p] = -1
+		wg.Go(func() {
+			var buf []byte
+			for i := lo; i < hi; i++ {
+				a, b := pairs[i][0], pairs[i][1]
+				ia, oka := vocab[a]
+				ib, okb := vocab[b]
+				buf = append(append(buf[:0], a...), b...)
+				im, okm := vocab[string(buf)] // no allocation: a map index by string(bytes)
+				if !oka || !okb || !okm {
+					bad[p] = i
+					return
+				}
+				kvs[i] = kv{pairKey(ia, ib), uint64(i)<<32 | uint64(uint32(im))}
+			}
+		})
+	}
+	wg.Wait()
+	for _, i := range bad {
+		if i >= 0 {
+			return corrupt(fmt.Sprintf("%s.merges[%d]", path, i), "merge %q %q: token not in the vocab", pairs[i][0], pairs[i][1])
+		}
+	}
+	merges := make(map[uint64]uint64, len(pairs))
+	for _, e := range kvs {
+		merges[e.k] = e.v // a repeated pair: the last wins, as before
+	}
+	t.model.merges = merges
 	return nil
 }
 

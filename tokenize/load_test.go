@@ -188,8 +188,26 @@ func TestLoadPaths(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": {"content": "<|eos|>"}, "pad_token": "<|bos|>", "bos_token": null}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Two zstd frames (the first header's size covers only its half), and
+	// a truncated file.
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := enc.EncodeAll(dec[len(dec)/2:], enc.EncodeAll(dec[:len(dec)/2], nil))
+	twoPath := filepath.Join(t.TempDir(), "tokenizer.json.zst")
+	if err := os.WriteFile(twoPath, two, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "tokenizer.json.zst")
+	if err := os.WriteFile(cut, raw[:len(raw)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(cut); err == nil || !strings.Contains(err.Error(), cut) {
+		t.Errorf("Load(truncated .zst): err = %v", err)
+	}
 	var sums []string
-	for _, p := range []string{zst, filepath.Dir(zst), plain, dir} {
+	for _, p := range []string{zst, filepath.Dir(zst), plain, dir, twoPath} {
 		tok, err := Load(p)
 		if err != nil {
 			t.Fatalf("Load(%s): %v", p, err)
