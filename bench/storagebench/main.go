@@ -263,7 +263,6 @@ func s3Bench(ctx context.Context, side, op, endpoint, bucket, dir string, size, 
 		if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 			return 0, err
 		}
-		endpoint = srv.Endpoint
 	} else {
 		host := strings.TrimPrefix(strings.TrimPrefix(endpoint, "http://"), "https://")
 		mc, err = minio.New(host, &minio.Options{
