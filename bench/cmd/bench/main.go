@@ -176,7 +176,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if c.noCheck && j.Check != nil {
 			j.Check = func() (string, error) { return "skipped (-no-check)", nil }
 		}
-		r, err := harness.RunJob(ctx, j, harness.Options{Warmup: c.warmup, Pairs: c.pairs, Log: stderr})
+		timeout := map[string]time.Duration{"quick": 5 * time.Minute, "full": 30 * time.Minute}[c.mode]
+		r, err := harness.RunJob(ctx, j, harness.Options{Warmup: c.warmup, Pairs: c.pairs, Log: stderr, RunTimeout: timeout})
 		if err != nil {
 			return err
 		}

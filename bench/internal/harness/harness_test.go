@@ -387,6 +387,20 @@ func TestRunJobFailures(t *testing.T) {
 	}
 }
 
+func TestRunJobRunTimeout(t *testing.T) {
+	runner := func(ctx context.Context, c Command) (Sample, error) {
+		<-ctx.Done()
+		return Sample{}, ctx.Err()
+	}
+	r, err := RunJob(context.Background(), testJob(), Options{Pairs: 1, Runner: runner, RunTimeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != StatusFailed || !strings.Contains(r.Reason, "timed out after 10ms") {
+		t.Errorf("status %q reason %q", r.Status, r.Reason)
+	}
+}
+
 func TestRunJobCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -110,6 +110,9 @@ type Options struct {
 	Log    io.Writer // progress lines; nil = none
 	// Runner runs one command; nil = Run. Tests substitute a fake.
 	Runner func(context.Context, Command) (Sample, error)
+	// RunTimeout bounds one run (0 = none): a side that hangs fails its job
+	// instead of stalling the whole benchmark.
+	RunTimeout time.Duration
 }
 
 // RunJob runs a job: Warmup runs of each side, then Pairs alternating runs
@@ -141,9 +144,21 @@ func RunJob(ctx context.Context, j Job, o Options) (res JobResult, err error) {
 		r.Status, r.Reason = StatusFailed, fmt.Sprintf("job definition: %d pairs, want at least 1", o.Pairs)
 		return r, nil
 	}
-	run := o.Runner
-	if run == nil {
-		run = Run
+	runner := o.Runner
+	if runner == nil {
+		runner = Run
+	}
+	run := func(ctx context.Context, c Command) (Sample, error) {
+		if o.RunTimeout <= 0 {
+			return runner(ctx, c)
+		}
+		rctx, cancel := context.WithTimeout(ctx, o.RunTimeout)
+		defer cancel()
+		s, err := runner(rctx, c)
+		if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+			return s, fmt.Errorf("%w: timed out after %v: %v", ErrRun, o.RunTimeout, err)
+		}
+		return s, err
 	}
 	logf := func(format string, a ...any) {
 		if o.Log != nil {
