@@ -41,7 +41,7 @@ func (e *env) threadCounts() []int {
 }
 
 func (e *env) outPath(slug, side string) string {
-	dir := filepath.Join(e.c.work, "out")
+	dir := filepath.Join(e.c.work, "out-"+e.c.mode)
 	os.MkdirAll(dir, 0o755)
 	return filepath.Join(dir, slug+"."+side+".out")
 }
@@ -238,7 +238,7 @@ func dataprepJobs(e *env) ([]harness.Job, []string) {
 		for _, mode := range []string{"pad", "pack"} {
 			name := fmt.Sprintf("dataprep %s %s", t.name, mode)
 			slug := slugify(name)
-			outDir := filepath.Join(e.c.work, "out", slug+".shards")
+			outDir := filepath.Join(e.c.work, "out-"+e.c.mode, slug+".shards")
 			argv := []string{dataprep, "--input", recPath, "--tokenizer", tokDir, "--seq-len", seqLen, "--ranks", ranks, "--mode", mode, "--out", outDir}
 			for _, opt := range [][2]string{{"eos", t.eos}, {"workers", threads}, {"quiet", ""}} {
 				if hasFlag(help, opt[0]) {

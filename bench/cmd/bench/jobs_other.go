@@ -104,7 +104,7 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 		return unavailable(jobs, "generating the checkpoint: "+err.Error()), nil
 	}
 	inputs = append(inputs, "ckptmerge: "+desc)
-	out := func(side string) string { return filepath.Join(e.c.work, "out", "ckpt."+side) }
+	out := func(side string) string { return filepath.Join(e.c.work, "out-"+e.c.mode, "ckpt."+side) }
 	rm := func(dir string) func() error { return func() error { return os.RemoveAll(dir) } }
 	for i := range jobs {
 		slug := slugify(jobs[i].Name)
