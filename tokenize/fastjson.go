@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The model's vocab (150,000+ entries) and merges (280,000+) are most of a
@@ -129,7 +130,11 @@ func (v *vocabJSON) UnmarshalJSON(d []byte) error {
 		for j < len(d) && (d[j] == '-' || (d[j] >= '0' && d[j] <= '9')) {
 			j++
 		}
-		id, err := strconv.ParseInt(ds[i:j], 10, 32)
+		num := ds[i:j]
+		id, err := strconv.ParseInt(num, 10, 32)
+		if digits := strings.TrimPrefix(num, "-"); len(digits) > 1 && digits[0] == '0' {
+			err = strconv.ErrSyntax // JSON has no leading zeros
+		}
 		if err != nil {
 			return i, fmt.Errorf("byte %d: token %q: id is not an integer", i, tok)
 		}
@@ -197,4 +202,147 @@ func (m *mergesJSON) UnmarshalJSON(d []byte) error {
 		m.pairs = append(m.pairs, [2]string{s[:sp], s[sp+1:]})
 		return i, nil
 	}))
+}
+
+// skipValue returns the index after the JSON value starting at d[i] (after
+// white space), or -1 where it is not well formed enough to skip. It checks
+// only structure; encoding/json or the hand parsers judge the rest.
+func skipValue(d []byte, i int) int {
+	i = skipWS(d, i)
+	if i >= len(d) {
+		return -1
+	}
+	switch d[i] {
+	case '"':
+		for j := i + 1; j < len(d); j++ {
+			switch d[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1
+			}
+		}
+		return -1
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(d); j++ {
+			switch d[j] {
+			case '"':
+				if j = skipValue(d, j); j < 0 {
+					return -1
+				}
+				j--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(d) && (d[j] >= 'a' && d[j] <= 'z' || d[j] >= '0' && d[j] <= '9' || d[j] == '-' || d[j] == '+' || d[j] == '.' || d[j] == 'E') {
+		j++ // a number, true, false or null (encoding/json checks which)
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+// jsonSpan is d[lo:hi], a value inside a document.
+type jsonSpan struct{ lo, hi int }
+
+// objectMembers calls fn with the key and value span of each member of the
+// object at d[i:end], or returns false where the object is not plain (a key
+// with an escape, or a structure skipValue cannot follow).
+func objectMembers(d []byte, i, end int, fn func(key string, v jsonSpan) bool) bool {
+	d = d[:end]
+	i = skipWS(d, i)
+	if i >= len(d) || d[i] != '{' {
+		return false
+	}
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return true
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return false
+		}
+		k := i + 1
+		for k < len(d) && d[k] != '"' && d[k] != '\\' {
+			k++
+		}
+		if k >= len(d) || d[k] != '"' {
+			return false
+		}
+		key := string(d[i+1 : k])
+		j := skipWS(d, k+1)
+		if j >= len(d) || d[j] != ':' {
+			return false
+		}
+		lo := skipWS(d, j+1)
+		hi := skipValue(d, lo)
+		if hi < 0 || !fn(key, jsonSpan{lo, hi}) {
+			return false
+		}
+		i = skipWS(d, hi)
+		if i < len(d) && d[i] == ',' {
+			i = skipWS(d, i+1)
+			continue
+		}
+		return i < len(d) && d[i] == '}'
+	}
+}
+
+// splitModelTables finds the "vocab" and "merges" values of the top-level
+// "model" object, the bulk of a tokenizer.json, so they can be parsed by
+// hand and encoding/json decodes (and validates) only the rest: the
+// document with both values replaced by null. ok is false where the layout
+// is not the plain one (a key that encoding/json would match case-blind or
+// twice, escapes in keys, either table missing): then the caller decodes the
+// whole document the slow way.
+func splitModelTables(d []byte) (rest []byte, vocab, merges jsonSpan, ok bool) {
+	var model jsonSpan
+	nModel := 0
+	if !objectMembers(d, 0, len(d), func(key string, v jsonSpan) bool {
+		if strings.EqualFold(key, "model") {
+			model = v
+			nModel++
+		}
+		return true
+	}) || nModel != 1 {
+		return nil, jsonSpan{}, jsonSpan{}, false
+	}
+	if end := skipValue(d, 0); end < 0 || skipWS(d, end) != len(d) {
+		return nil, jsonSpan{}, jsonSpan{}, false
+	}
+	nv, nm := 0, 0
+	if !objectMembers(d, model.lo, model.hi, func(key string, v jsonSpan) bool {
+		switch {
+		case strings.EqualFold(key, "vocab"):
+			vocab = v
+			nv++
+		case strings.EqualFold(key, "merges"):
+			merges = v
+			nm++
+		}
+		return true
+	}) || nv != 1 || nm != 1 {
+		return nil, jsonSpan{}, jsonSpan{}, false
+	}
+	first, second := vocab, merges
+	if first.lo > second.lo {
+		first, second = second, first
+	}
+	rest = make([]byte, 0, len(d)-(vocab.hi-vocab.lo)-(merges.hi-merges.lo)+8)
+	rest = append(rest, d[:first.lo]...)
+	rest = append(rest, "null"...)
+	rest = append(rest, d[first.hi:second.lo]...)
+	rest = append(rest, "null"...)
+	rest = append(rest, d[second.hi:]...)
+	return rest, vocab, merges, true
 }

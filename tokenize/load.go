@@ -169,9 +169,38 @@ func component(m json.RawMessage, path string, v any) (string, error) {
 	return *head.Type, nil
 }
 
+// decodeFast decodes data into f with the model's vocab and merges parsed
+// by hand, in parallel with encoding/json decoding the rest (see
+// splitModelTables). It reports false, with f untouched, wherever anything
+// is unusual or wrong: then the caller decodes the slow way, which gives the
+// error messages.
+func decodeFast(data []byte, f *fileJSON) bool {
+	rest, vs, ms, ok := splitModelTables(data)
+	if !ok || string(data[vs.lo:vs.hi]) == "null" || string(data[ms.lo:ms.hi]) == "null" {
+		return false
+	}
+	var vocab vocabJSON
+	var merges mergesJSON
+	var g fileJSON
+	var wg sync.WaitGroup
+	var errV, errM error
+	wg.Go(func() { errV = vocab.UnmarshalJSON(data[vs.lo:vs.hi]) })
+	wg.Go(func() { errM = merges.UnmarshalJSON(data[ms.lo:ms.hi]) })
+	errR := json.Unmarshal(rest, &g)
+	wg.Wait()
+	if errV != nil || errM != nil || errR != nil || g.Model == nil {
+		return false
+	}
+	g.Model.Vocab, g.Model.Merges = &vocab, merges
+	*f = g
+	return true
+}
+
 func parse(data []byte) (*Tokenizer, error) {
 	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
+	if decodeFast(data, &f) {
+		// decoded
+	} else if err := json.Unmarshal(data, &f); err != nil {
 		var se *json.SyntaxError
 		var pe *pathError
 		if errors.As(err, &pe) {
