@@ -24,6 +24,19 @@ var byteToRune, runeToByte = func() (b2r [256]rune, r2b [byteRunes]int16) {
 // byteRunes bounds the byte-level characters: all are below U+0144.
 const byteRunes = 0x144
 
+// appendByteLevelDecode appends the bytes of a byte-level token to dst,
+// or the token itself, with ok false, when it is not one.
+func appendByteLevelDecode(dst []byte, tok string) ([]byte, bool) {
+	n := len(dst)
+	for _, r := range tok {
+		if r >= byteRunes || runeToByte[r] < 0 {
+			return append(dst[:n], tok...), false
+		}
+		dst = append(dst, byte(runeToByte[r]))
+	}
+	return dst, true
+}
+
 // byteLevelDecode turns a byte-level token string back into raw bytes. ok is
 // false when a character is not one of the 256 byte-level characters; HF's
 // ByteLevel decoder then uses the token's own UTF-8 bytes.

@@ -214,21 +214,13 @@ func skipValue(d []byte, i int) int {
 	}
 	switch d[i] {
 	case '"':
-		for j := i + 1; j < len(d); j++ {
-			switch d[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1
-			}
-		}
-		return -1
+		return skipString(d, i)
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(d); j++ {
 			switch d[j] {
 			case '"':
-				if j = skipValue(d, j); j < 0 {
+				if j = skipString(d, j); j < 0 {
 					return -1
 				}
 				j--
@@ -252,49 +244,71 @@ func skipValue(d []byte, i int) int {
 	return j
 }
 
+// skipString returns the index after the JSON string whose opening quote is
+// d[i], or -1 when it is not closed.
+func skipString(d []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(d[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0 // backslashes right before the quote: odd escapes it
+		for b := j - 1; b > i && d[b] == '\\'; b-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
 // jsonSpan is d[lo:hi], a value inside a document.
 type jsonSpan struct{ lo, hi int }
 
-// objectMembers calls fn with the key and value span of each member of the
-// object at d[i:end], or returns false where the object is not plain (a key
-// with an escape, or a structure skipValue cannot follow).
-func objectMembers(d []byte, i, end int, fn func(key string, v jsonSpan) bool) bool {
-	d = d[:end]
+// objectMembers walks the object at d[i]: for each member, value(key, lo)
+// returns the index after the value starting at lo, or -1. It returns the
+// index after the object, or -1 where the object is not plain (a key with an
+// escape, or a structure it cannot follow).
+func objectMembers(d []byte, i int, value func(key string, lo int) int) int {
 	i = skipWS(d, i)
 	if i >= len(d) || d[i] != '{' {
-		return false
+		return -1
 	}
 	i = skipWS(d, i+1)
 	if i < len(d) && d[i] == '}' {
-		return true
+		return i + 1
 	}
 	for {
 		if i >= len(d) || d[i] != '"' {
-			return false
+			return -1
 		}
 		k := i + 1
 		for k < len(d) && d[k] != '"' && d[k] != '\\' {
 			k++
 		}
 		if k >= len(d) || d[k] != '"' {
-			return false
+			return -1
 		}
 		key := string(d[i+1 : k])
 		j := skipWS(d, k+1)
 		if j >= len(d) || d[j] != ':' {
-			return false
+			return -1
 		}
-		lo := skipWS(d, j+1)
-		hi := skipValue(d, lo)
-		if hi < 0 || !fn(key, jsonSpan{lo, hi}) {
-			return false
+		hi := value(key, skipWS(d, j+1))
+		if hi < 0 {
+			return -1
 		}
 		i = skipWS(d, hi)
 		if i < len(d) && d[i] == ',' {
 			i = skipWS(d, i+1)
 			continue
 		}
-		return i < len(d) && d[i] == '}'
+		if i < len(d) && d[i] == '}' {
+			return i + 1
+		}
+		return -1
 	}
 }
 
@@ -302,36 +316,31 @@ func objectMembers(d []byte, i, end int, fn func(key string, v jsonSpan) bool) b
 // "model" object, the bulk of a tokenizer.json, so they can be parsed by
 // hand and encoding/json decodes (and validates) only the rest: the
 // document with both values replaced by null. ok is false where the layout
-// is not the plain one (a key that encoding/json would match case-blind or
-// twice, escapes in keys, either table missing): then the caller decodes the
-// whole document the slow way.
+// is not the plain one (a key that encoding/json would match case-blind
+// twice, escapes in keys, either table missing or not found in one walk):
+// then the caller decodes the whole document the slow way.
 func splitModelTables(d []byte) (rest []byte, vocab, merges jsonSpan, ok bool) {
-	var model jsonSpan
-	nModel := 0
-	if !objectMembers(d, 0, len(d), func(key string, v jsonSpan) bool {
-		if strings.EqualFold(key, "model") {
-			model = v
-			nModel++
-		}
-		return true
-	}) || nModel != 1 {
-		return nil, jsonSpan{}, jsonSpan{}, false
-	}
-	if end := skipValue(d, 0); end < 0 || skipWS(d, end) != len(d) {
-		return nil, jsonSpan{}, jsonSpan{}, false
-	}
-	nv, nm := 0, 0
-	if !objectMembers(d, model.lo, model.hi, func(key string, v jsonSpan) bool {
+	nModel, nv, nm := 0, 0, 0
+	modelValue := func(key string, lo int) int {
+		hi := skipValue(d, lo)
 		switch {
 		case strings.EqualFold(key, "vocab"):
-			vocab = v
+			vocab = jsonSpan{lo, hi}
 			nv++
 		case strings.EqualFold(key, "merges"):
-			merges = v
+			merges = jsonSpan{lo, hi}
 			nm++
 		}
-		return true
-	}) || nv != 1 || nm != 1 {
+		return hi
+	}
+	end := objectMembers(d, 0, func(key string, lo int) int {
+		if !strings.EqualFold(key, "model") {
+			return skipValue(d, lo)
+		}
+		nModel++
+		return objectMembers(d, lo, modelValue)
+	})
+	if end < 0 || skipWS(d, end) != len(d) || nModel != 1 || nv != 1 || nm != 1 {
 		return nil, jsonSpan{}, jsonSpan{}, false
 	}
 	first, second := vocab, merges

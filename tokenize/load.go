@@ -435,28 +435,47 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 }
 
 // buildVocab fills the id -> token tables and the byte-level vocabulary.
+// The decoded bytes of all tokens go into one arena, made one string, so
+// the 150,000 decoded tokens cost one allocation.
 func (t *Tokenizer) buildVocab(vocab map[string]int32, maxID int32, path string) error {
 	bm := &t.model
 	t.oddTokens = map[string]int32{}
 	t.tokens = make([]string, maxID+1)
 	t.decoded = make([]string, maxID+1)
 	t.isToken = make([]bool, maxID+1)
+	size := 0
+	for tok := range vocab {
+		size += len(tok)
+	}
+	arena := make([]byte, 0, size)
+	bounds := make([][2]int32, maxID+1) // each id's bytes in arena
+	odd := make([]bool, maxID+1)        // not a byte-level token: decoded as is
 	for tok, id := range vocab {
 		if t.isToken[id] {
 			return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
 		}
 		t.isToken[id] = true
 		t.tokens[id] = tok
-		raw, ok := byteLevelDecode(tok)
-		dec := string(raw)
+		lo := len(arena)
+		var ok bool
+		arena, ok = appendByteLevelDecode(arena, tok)
+		bounds[id] = [2]int32{int32(lo), int32(len(arena))}
+		odd[id] = !ok
+	}
+	all := string(arena)
+	for id, b := range bounds {
+		if !t.isToken[id] {
+			continue
+		}
+		dec := all[b[0]:b[1]]
 		t.decoded[id] = dec
-		if !ok {
-			t.oddTokens[tok] = id
-		} else {
-			bm.vocab[dec] = id
-			if len(raw) == 1 {
-				bm.byteID[raw[0]] = id
-			}
+		if odd[id] {
+			t.oddTokens[t.tokens[id]] = int32(id)
+			continue
+		}
+		bm.vocab[dec] = int32(id)
+		if len(dec) == 1 {
+			bm.byteID[dec[0]] = int32(id)
 		}
 	}
 	return nil
