@@ -11,6 +11,12 @@ import (
 // The model's vocab (150,000+ entries) and merges (280,000+) are most of a
 // tokenizer.json; encoding/json's reflection makes them slow to load, so
 // they are scanned by hand. Strings with escapes go through encoding/json.
+// Load finds both tables in one structural walk (splitModelTables) and
+// parses them in parallel while encoding/json decodes the rest of the
+// document with the tables replaced by null, so the megabytes of the tables
+// are not validated and skipped by encoding/json first; any unusual layout
+// falls back to encoding/json over the whole document (FuzzDecodeFast
+// holds the two to the same result).
 
 // vocabJSON is the "vocab" object: token -> id, in file order.
 type vocabJSON struct {
