@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -88,4 +89,36 @@ func FuzzDecodeFast(f *testing.F) {
 	f.Add(`{"model": {"vocab": {"a": 1}, "merges": []}, "model": null}`)
 	f.Add(`{"model": {"vocab": {"\u0061": 1, "a": 2}, "merges": ["a a"], "VOCAB": {}}}`)
 	f.Fuzz(checkDecodeFast)
+}
+
+// TestVocabRepeatedKey: a token twice in the vocab takes its last id, as
+// serde does, in both decode paths.
+func TestVocabRepeatedKey(t *testing.T) {
+	for i, doc := range []string{
+		`{"added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		  "post_processor": null, "decoder": {"type": "ByteLevel"},
+		  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "a": 2, "ab": 3}, "merges": ["a b"]}}`,
+		// An escape in a key: the slow path.
+		`{"added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		  "post_processor": null, "decoder": {"type": "ByteLevel"},
+		  "model": {"type": "BPE", "vo\u0063ab": {"a": 0, "b": 1, "a": 2, "ab": 3}, "merges": ["a b"]}}`,
+	} {
+		var f fileJSON
+		if fast := decodeFast([]byte(doc), &f); fast != (i == 0) {
+			t.Errorf("doc %d: fast path %v", i, fast)
+		}
+		tok, err := New([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := tok.TokenID("a"); !ok || id != 2 {
+			t.Errorf("TokenID(a) = %d, %v, want 2", id, ok)
+		}
+		if got := tok.Encode("aba", false); !slices.Equal(got, []int32{3, 2}) {
+			t.Errorf("Encode(aba) = %v, want [3 2]", got)
+		}
+		if _, ok := tok.Token(0); ok {
+			t.Errorf("id 0 (the first, overridden id of a) is a token")
+		}
+	}
 }

@@ -400,8 +400,18 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 		bm.byteID[i] = -1
 	}
 	maxID := int32(-1)
+	// Without repeated keys (the usual case) the file's entries are exactly
+	// the map's: walk them in file order, which is faster than the map.
+	toks, ids := v.Vocab.toks, v.Vocab.ids
+	if len(vocab) != len(toks) {
+		toks, ids = make([]string, 0, len(vocab)), make([]int32, 0, len(vocab))
+		for tok, id := range vocab {
+			toks, ids = append(toks, tok), append(ids, id)
+		}
+	}
 	limit := int32(2*len(vocab) + 1<<16) // ids are dense in real files; bounds memory
-	for tok, id := range vocab {
+	for k, tok := range toks {
+		id := ids[k]
 		if id < 0 || id >= limit {
 			return corrupt(path+".vocab", "token %q has id %d (vocabulary of %d)", tok, id, len(vocab))
 		}
@@ -426,7 +436,7 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 		defer wg.Done()
 		mergeErr = t.buildMerges(vocab, v.Merges.pairs, path)
 	}()
-	err := t.buildVocab(vocab, maxID, path)
+	err := t.buildVocab(toks, ids, maxID, path)
 	wg.Wait()
 	if err != nil {
 		return err
@@ -437,20 +447,21 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 // buildVocab fills the id -> token tables and the byte-level vocabulary.
 // The decoded bytes of all tokens go into one arena, made one string, so
 // the 150,000 decoded tokens cost one allocation.
-func (t *Tokenizer) buildVocab(vocab map[string]int32, maxID int32, path string) error {
+func (t *Tokenizer) buildVocab(toks []string, ids []int32, maxID int32, path string) error {
 	bm := &t.model
 	t.oddTokens = map[string]int32{}
 	t.tokens = make([]string, maxID+1)
 	t.decoded = make([]string, maxID+1)
 	t.isToken = make([]bool, maxID+1)
 	size := 0
-	for tok := range vocab {
+	for _, tok := range toks {
 		size += len(tok)
 	}
 	arena := make([]byte, 0, size)
 	bounds := make([][2]int32, maxID+1) // each id's bytes in arena
 	odd := make([]bool, maxID+1)        // not a byte-level token: decoded as is
-	for tok, id := range vocab {
+	for k, tok := range toks {
+		id := ids[k]
 		if t.isToken[id] {
 			return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
 		}
