@@ -22,6 +22,15 @@ import (
 type vocabJSON struct {
 	toks []string
 	ids  []int32
+	m    map[string]int32 // token -> id (the last of a repeated key), when built
+}
+
+// index builds v.m.
+func (v *vocabJSON) index() {
+	v.m = make(map[string]int32, len(v.toks))
+	for k, tok := range v.toks {
+		v.m[tok] = v.ids[k] // a repeated key: the last wins, as in serde
+	}
 }
 
 // mergesJSON is the "merges" array: "a b" strings or ["a", "b"] pairs.
@@ -115,7 +124,7 @@ type pathError struct {
 func (e *pathError) Error() string { return e.path + ": " + e.err.Error() }
 
 func (v *vocabJSON) UnmarshalJSON(d []byte) error {
-	v.toks, v.ids = nil, nil
+	v.toks, v.ids, v.m = nil, nil, nil
 	if string(d) == "null" {
 		return nil
 	}

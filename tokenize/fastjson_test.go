@@ -27,6 +27,7 @@ func TestDecodeFast(t *testing.T) {
 		if err := json.Unmarshal(data, &slow); err != nil {
 			t.Fatal(err)
 		}
+		slow.Model.Vocab.index() // the fast path indexes the vocab too
 		if len(fast.Model.Vocab.toks) < 100000 || len(fast.Model.Merges.pairs) < 100000 {
 			t.Fatalf("%s: %d tokens, %d merges", model, len(fast.Model.Vocab.toks), len(fast.Model.Merges.pairs))
 		}
@@ -75,6 +76,9 @@ func checkDecodeFast(t *testing.T, doc string) {
 	}
 	if err := json.Unmarshal([]byte(doc), &slow); err != nil {
 		t.Fatalf("fast path decoded %q, encoding/json: %v", doc, err)
+	}
+	if slow.Model != nil && slow.Model.Vocab != nil {
+		slow.Model.Vocab.index() // the fast path indexes the vocab too
 	}
 	if !reflect.DeepEqual(fast, slow) {
 		t.Fatalf("%q: fast %+v, slow %+v", doc, fast, slow)

@@ -184,7 +184,11 @@ func decodeFast(data []byte, f *fileJSON) bool {
 	var g fileJSON
 	var wg sync.WaitGroup
 	var errV, errM error
-	wg.Go(func() { errV = vocab.UnmarshalJSON(data[vs.lo:vs.hi]) })
+	wg.Go(func() {
+		if errV = vocab.UnmarshalJSON(data[vs.lo:vs.hi]); errV == nil {
+			vocab.index()
+		}
+	})
 	wg.Go(func() { errM = merges.UnmarshalJSON(data[ms.lo:ms.hi]) })
 	errR := json.Unmarshal(rest, &g)
 	wg.Wait()
@@ -391,10 +395,10 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 	bm := &t.model
 	bm.ignoreMerges = v.IgnoreMerges
 	bm.fuseUnk = v.FuseUnk
-	vocab := make(map[string]int32, len(v.Vocab.toks))
-	for k, tok := range v.Vocab.toks {
-		vocab[tok] = v.Vocab.ids[k] // a repeated key: the last wins, as in serde
+	if v.Vocab.m == nil {
+		v.Vocab.index()
 	}
+	vocab := v.Vocab.m
 	bm.vocab = make(map[string]int32, len(vocab))
 	for i := range bm.byteID {
 		bm.byteID[i] = -1
