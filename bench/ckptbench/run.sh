@@ -10,7 +10,7 @@
 #
 # Sides (each a separate process, timed with /usr/bin/time; outputs fsynced):
 #   ckptmerge  bin/ckptmerge CKPT OUT                (built if missing)
-#   torch      torch_consolidate_baseline.py --format safetensors (DCP load_state_dict + write + fsync)
+#   torch      bench/anchors/torch-consolidate.py --format safetensors (DCP load_state_dict + write + fsync)
 #   cp         cp -r CKPT OUT && sync OUT/*          (the same bytes, copied and fsynced)
 #   cp-nosync  cp -r CKPT OUT
 # Peak RSS is ckptmerge's own VmHWM (from --json) and ru_maxrss for the others.
@@ -48,7 +48,7 @@ one() { # side -> prints "wall_s rss_kb"
 		rss=$(sed -n 's/.*"peak_rss_bytes": \([0-9]*\).*/\1/p' "$work/ckptmerge.json")
 		echo "$(cut -d' ' -f1 "$timefile") $((rss / 1024))"
 		return ;;
-	torch) /usr/bin/time -o "$timefile" -f "%e %M" "$py" bench/ckptbench/torch_consolidate_baseline.py "$ckpt" "$out" --format safetensors >/dev/null ;;
+	torch) /usr/bin/time -o "$timefile" -f "%e %M" "$py" bench/anchors/torch-consolidate.py "$ckpt" "$out" --format safetensors >/dev/null ;;
 	cp) /usr/bin/time -o "$timefile" -f "%e %M" sh -c 'cp -r "$1" "$2" && sync "$2"/* "$2"/.metadata' sh "$ckpt" "$out" ;;
 	cp-nosync) /usr/bin/time -o "$timefile" -f "%e %M" cp -r "$ckpt" "$out" ;;
 	esac

@@ -92,7 +92,7 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 	if why != "" {
 		return unavailable(jobs, why), nil
 	}
-	gen := findCkptGenerator()
+	gen := ckptGenerator
 	if why := e.torch(); why != "" {
 		return unavailable(jobs, why), nil
 	}
@@ -123,19 +123,9 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 	return jobs, inputs
 }
 
-// findCkptGenerator returns the checkpoint generator: the ckpt
-// engineer's in bench/ckptbench (a Python script that takes --big) when
-// there is one, else bench/anchors/make-dcp-checkpoint.py.
-func findCkptGenerator() string {
-	paths, _ := filepath.Glob("bench/ckptbench/*.py")
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), `"--big"`) {
-			return p
-		}
-	}
-	return "bench/anchors/make-dcp-checkpoint.py"
-}
+// ckptGenerator writes the benchmark checkpoint with torch's own DCP
+// writer (--big OUT_DIR plus the model shape).
+const ckptGenerator = "bench/ckptbench/make_dcp_big.py"
 
 // checkpoint generates (once; it is kept in the work dir) a 4-rank bf16
 // checkpoint of a Llama-shaped model: ~75 MB in quick mode, ~1.5 GB full.
