@@ -22,15 +22,13 @@ What it does (single process, no process group)
 Prints one JSON line with the phase timings, then the bench line the
 harness reads: {"bench": {"total_s", "load_state_dict_s", "write_s", ...}}.
 The harness measures wall time and peak RSS of the process itself.
-Debian's torch 1.13 on Python 3.11 needs the dataclass shim below to import
-its DCP modules (it changes nothing on disk).
+Debian's torch 1.13 on Python 3.11 needs python/ferry/dcp.py's dataclass
+workaround to import its DCP modules (it changes nothing on disk).
 
 Ported from ferry's reference baseline torch-consolidate-baseline.py
 (Apache-2.0); the bench line is an addition.
 """
 
-import copy
-import dataclasses
 import json
 import os
 import struct
@@ -38,34 +36,18 @@ import sys
 import time
 
 
-def _py311_dataclass_shim():
-    orig = dataclasses._get_field
+# Debian's torch 1.13 cannot import torch.distributed._shard on Python 3.11;
+# the workaround lives once, in python/ferry/dcp.py, and wraps the imports.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from ferry.dcp import _allow_mutable_dataclass_defaults  # noqa: E402
 
-    def unhashable_dc(v):
-        return dataclasses.is_dataclass(type(v)) and type(v).__hash__ is None
+with _allow_mutable_dataclass_defaults():
+    import torch
 
-    def patched(cls, a_name, a_type, *rest):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            if default.default is not dataclasses.MISSING and unhashable_dc(default.default):
-                d = default.default
-                default.default = dataclasses.MISSING
-                default.default_factory = lambda d=d: copy.deepcopy(d)
-        elif default is not dataclasses.MISSING and unhashable_dc(default):
-            setattr(cls, a_name, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d)))
-        return orig(cls, a_name, a_type, *rest)
-
-    dataclasses._get_field = patched
-
-
-_py311_dataclass_shim()
-
-import torch  # noqa: E402
-
-try:
-    import torch.distributed.checkpoint as dcp  # noqa: E402
-except ImportError:
-    import torch.distributed._shard.checkpoint as dcp  # noqa: E402
+    try:
+        import torch.distributed.checkpoint as dcp
+    except ImportError:
+        import torch.distributed._shard.checkpoint as dcp
 
 ST_DTYPE = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
             torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",

@@ -13,13 +13,11 @@ bytes item ("step").  The defaults of bench/ckptbench/run.sh
 Ported from ferry's DCP fixture generator (testdata/dcp/torch-1.13/README.md).
 
 Debian's torch 1.13 does not import torch.distributed._shard on Python 3.11
-(a dataclass field default that 3.11 rejects); _py311_dataclass_shim() turns
-such defaults into default_factory while those modules are imported.  It
-changes nothing that is written to disk.
+(a dataclass field default that 3.11 rejects); python/ferry/dcp.py's
+_allow_mutable_dataclass_defaults() turns such defaults into default_factory
+while those modules are imported.  It changes nothing that is written to disk.
 """
 
-import copy
-import dataclasses
 import hashlib
 import io
 import json
@@ -29,49 +27,32 @@ import struct
 import sys
 
 
-def _py311_dataclass_shim():
-    """Let torch 1.13's torch.distributed._shard import on Python >= 3.11."""
-    orig = dataclasses._get_field
+# Debian's torch 1.13 cannot import torch.distributed._shard on Python 3.11;
+# the workaround lives once, in python/ferry/dcp.py, and wraps the imports.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from ferry.dcp import _allow_mutable_dataclass_defaults  # noqa: E402
 
-    def unhashable_dc(v):
-        return dataclasses.is_dataclass(type(v)) and type(v).__hash__ is None
+with _allow_mutable_dataclass_defaults():
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
 
-    def patched(cls, a_name, a_type, *rest):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            if default.default is not dataclasses.MISSING and unhashable_dc(default.default):
-                d = default.default
-                default.default = dataclasses.MISSING
-                default.default_factory = lambda d=d: copy.deepcopy(d)
-        elif default is not dataclasses.MISSING and unhashable_dc(default):
-            setattr(cls, a_name, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d)))
-        return orig(cls, a_name, a_type, *rest)
+    try:  # torch >= 2.0
+        import torch.distributed.checkpoint as dcp
+    except ImportError:  # torch 1.13
+        import torch.distributed._shard.checkpoint as dcp
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
+    from torch.distributed._shard.sharded_tensor.metadata import (
+        ShardedTensorMetadata,
+        TensorProperties,
+    )
 
-    dataclasses._get_field = patched
-
-
-_py311_dataclass_shim()
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-
-try:  # torch >= 2.0
-    import torch.distributed.checkpoint as dcp  # noqa: E402
-except ImportError:  # torch 1.13
-    import torch.distributed._shard.checkpoint as dcp  # noqa: E402
-from torch.distributed._shard.metadata import ShardMetadata  # noqa: E402
-from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor  # noqa: E402
-from torch.distributed._shard.sharded_tensor.metadata import (  # noqa: E402
-    ShardedTensorMetadata,
-    TensorProperties,
-)
-
-try:
-    from torch.distributed.fsdp._shard_utils import _create_chunk_sharded_tensor  # noqa: E402
-except ImportError:  # moved in later versions; only the small fixtures use it
-    _create_chunk_sharded_tensor = None
+    try:
+        from torch.distributed.fsdp._shard_utils import _create_chunk_sharded_tensor
+    except ImportError:  # moved in later versions; only the small fixtures use it
+        _create_chunk_sharded_tensor = None
 
 # ---------------------------------------------------------------------------
 # deterministic tiny Llama-like model

@@ -8,42 +8,25 @@ load_state_dict(no_dist=True) into full tensors, and compares values
 (bit-exact; with DTYPE the torch tensor is first converted with .to(dtype),
 for floating tensors only). Prints "ok N" and exits 0, or exits 1.
 """
-import copy
-import dataclasses
 import json
+import os
 import struct
 import sys
 
 
-def _py311_dataclass_shim():
-    """Let torch 1.13's torch.distributed._shard import on Python >= 3.11."""
-    orig = dataclasses._get_field
+# Debian's torch 1.13 cannot import torch.distributed._shard on Python 3.11;
+# the workaround lives once, in python/ferry/dcp.py, and wraps the imports.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from ferry.dcp import _allow_mutable_dataclass_defaults  # noqa: E402
 
-    def unhashable_dc(v):
-        return dataclasses.is_dataclass(type(v)) and type(v).__hash__ is None
+with _allow_mutable_dataclass_defaults():
+    import numpy as np
+    import torch
 
-    def patched(cls, a_name, a_type, *rest):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            if default.default is not dataclasses.MISSING and unhashable_dc(default.default):
-                d = default.default
-                default.default = dataclasses.MISSING
-                default.default_factory = lambda d=d: copy.deepcopy(d)
-        elif default is not dataclasses.MISSING and unhashable_dc(default):
-            setattr(cls, a_name, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d)))
-        return orig(cls, a_name, a_type, *rest)
-
-    dataclasses._get_field = patched
-
-
-_py311_dataclass_shim()
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-try:
-    import torch.distributed.checkpoint as dcp  # noqa: E402
-except ImportError:
-    import torch.distributed._shard.checkpoint as dcp  # noqa: E402
+    try:
+        import torch.distributed.checkpoint as dcp
+    except ImportError:
+        import torch.distributed._shard.checkpoint as dcp
 
 NP = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.int16, "I64": np.int64,
       "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
