@@ -2,7 +2,9 @@
 # dataprep benchmark: ferry dataprep end to end (read, tokenize, pad or pack,
 # shuffle, write 16 rank shards + manifest) vs HF tokenizers batch-encoding
 # the same formatted texts with the same thread count (tokenization alone),
-# side by side in one run. Prints one JSON line per run, then a table.
+# side by side in one run (the HF side is bench/anchors/hf-tokenize.js --alpaca
+# --out none --bench-line, the harness's anchor). Prints one JSON line per
+# run, then a table.
 #
 #   bench/dataprepbench/run.sh ALPACA.json TOKENIZER_DIR EOS [THREADS] [RUNS]
 #   e.g. bench/dataprepbench/run.sh /data/alpaca_data.json testdata/tokenizers/qwen2.5 '<|endoftext|>' 2
@@ -40,10 +42,12 @@ for run in $(seq "$runs"); do
 	# Anchors: HF as the seeds call it (truncation + padding to 1024) and
 	# HF truncation only (faster: the stricter anchor; ratios use it).
 	for v in hf-pad hf-nopad; do
+		# One encodeBatch over every record (--batch larger than the input).
 		extra=()
-		[ "$v" = hf-nopad ] && extra=(--no-padding)
+		[ "$v" = hf-pad ] && extra=(--pad)
 		timed "$tmp/$v" env RAYON_NUM_THREADS="$threads" NODE_PATH="$mods" \
-			node "$here/hf-batch.js" --tokenizer "$tokjson" --eos "$eos" --max-length 1024 "${extra[@]}" "$input"
+			node "$here/../anchors/hf-tokenize.js" --tokenizer "$tokjson" --alpaca --eos "$eos" \
+			--max-length 1024 "${extra[@]}" --out none --bench-line --batch 1000000000 "$input"
 		read -r w r < "$tmp/$v.time"
 		e=$(sed -n 's/.*"encode_s":\([0-9.e-]*\).*/\1/p' "$tmp/$v.out")
 		echo "{\"tool\":\"hf-tokenizers\",\"variant\":\"$v\",\"run\":$run,\"threads\":$threads,\"encode_s\":$e,\"wall_s\":$w,\"peak_rss_kib\":$r,\"detail\":$(cat "$tmp/$v.out")}"
