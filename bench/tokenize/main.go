@@ -30,14 +30,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -186,10 +185,10 @@ func measure(ctx context.Context, c config, tok *tokenize.Tokenizer, dir, file s
 		hw, hc = append(hw, w...), append(hc, cpu...)
 		tok.EncodeBatch(texts, true, threads) // warm-up
 		for i := 0; i < max(1, c.runs/2); i++ {
-			c0, t0 := cpuSeconds(), time.Now()
+			c0, t0 := procstat.CPUSeconds(), time.Now()
 			out := tok.EncodeBatch(texts, true, threads)
 			fw = append(fw, time.Since(t0).Seconds())
-			fc = append(fc, cpuSeconds()-c0)
+			fc = append(fc, procstat.CPUSeconds()-c0)
 			if r.Tokens == 0 {
 				for _, ids := range out {
 					r.Tokens += int64(len(ids))
@@ -198,8 +197,8 @@ func measure(ctx context.Context, c config, tok *tokenize.Tokenizer, dir, file s
 		}
 	}
 	mb := float64(bytes) / 1e6
-	r.FerryMBs, r.FerryMBCPU = mb/median(fw), mb/median(fc)
-	r.HFMBs, r.HFMBCPU = mb/median(hw), mb/median(hc)
+	r.FerryMBs, r.FerryMBCPU = mb/procstat.Median(fw), mb/procstat.Median(fc)
+	r.HFMBs, r.HFMBCPU = mb/procstat.Median(hw), mb/procstat.Median(hc)
 	return r, nil
 }
 
@@ -222,20 +221,6 @@ func hfBench(ctx context.Context, c config, dir, file string, threads, runs int)
 		cpu = append(cpu, v.MedianCPU)
 	}
 	return v.RunsS, cpu, nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func readZstd(path string) ([]byte, error) {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/procstat"
 )
 
 func TestInputs(t *testing.T) {
@@ -40,7 +42,7 @@ func TestInputs(t *testing.T) {
 	if fi, err := os.Stat(dir + "/tokenizer.json"); err != nil || fi.Size() != 9085657 {
 		t.Errorf("unpacked tokenizer.json: %v, %v", fi, err)
 	}
-	if m := median([]float64{3, 1, 2, 10}); m != 2 {
+	if m := procstat.Median([]float64{3, 1, 2, 10}); m != 2 {
 		t.Errorf("median = %v, want 2 (the lower middle)", m)
 	}
 }

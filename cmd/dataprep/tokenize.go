@@ -11,14 +11,13 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -406,12 +405,12 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		c0, t0 := tokProcessCPU(), time.Now()
+		c0, t0 := procstat.CPUSeconds(), time.Now()
 		p.tok.EncodeBatch(texts, special, p.threads)
 		wall = append(wall, time.Since(t0).Seconds())
-		cpu = append(cpu, tokProcessCPU()-c0)
+		cpu = append(cpu, procstat.CPUSeconds()-c0)
 	}
-	s, cs := tokMedian(wall), tokMedian(cpu)
+	s, cs := procstat.Median(wall), procstat.Median(cpu)
 	out, _ := json.Marshal(map[string]any{
 		"tokenizer": p.cfg.tokenizer, "threads": p.threads, "lines": len(texts), "bytes": nbytes, "tokens": tokens,
 		"add_special_tokens": special, "runs_s": wall, "median_s": tokRound4(s),
@@ -420,21 +419,6 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 	})
 	_, err = fmt.Fprintf(stdout, "%s\n", out)
 	return err
-}
-
-func tokMedian(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
-// tokProcessCPU is the user+system CPU time of this process, in seconds.
-func tokProcessCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // parallel calls fn(i) for i in [0, n) on p.threads goroutines; buf is a
