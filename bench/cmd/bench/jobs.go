@@ -33,8 +33,10 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 }
 
 // threadCounts is 1 and all threads (once when the machine has one CPU).
+// Quick mode measures one thread only, to stay CI-sized: each tokenizer job
+// costs a few seconds of process start-up (both sides load a tokenizer).
 func (e *env) threadCounts() []int {
-	if e.c.threads == 1 {
+	if e.c.threads == 1 || e.c.mode == "quick" {
 		return []int{1}
 	}
 	return []int{1, e.c.threads}

@@ -15,7 +15,7 @@ import (
 // pattern). The scripts measure all contestants in one process, repeat
 // inside, and print every figure in their bench line.
 func feedJobs(e *env) ([]harness.Job, []string) {
-	maxRuns, args := 2, []string{"--rows-per-rank", "1024", "--repeat", "2"}
+	maxRuns, args := 2, []string{"--rows-per-rank", "1024", "--repeat", "1"}
 	if e.c.mode == "full" {
 		maxRuns, args = 3, []string{"--rows-per-rank", "4096", "--repeat", "3"}
 	}
