@@ -319,6 +319,36 @@ func chunkGeom(ch *Chunk) (off, size []int64) {
 	return ch.Offsets, ch.Sizes
 }
 
+// intersect returns the rows [lo, hi) along dimension bx.k that a chunk at
+// off with sizes sz shares with bx, and the chunk-local row-major element
+// index where that region starts (it is contiguous in the chunk); ok is
+// false when they share nothing.
+func intersect(bx box, off, sz []int64) (lo, hi, start int64, ok bool) {
+	k := bx.k
+	for d := 0; d < k; d++ {
+		if bx.prefix[d] < off[d] || bx.prefix[d] >= off[d]+sz[d] {
+			return 0, 0, 0, false
+		}
+	}
+	lo, hi = max(bx.a, off[k]), min(bx.b, off[k]+sz[k])
+	if lo >= hi {
+		return 0, 0, 0, false
+	}
+	stride := int64(1)
+	for d := len(sz) - 1; d >= 0; d-- {
+		var idx int64
+		switch {
+		case d < k:
+			idx = bx.prefix[d] - off[d]
+		case d == k:
+			idx = lo - off[k]
+		}
+		start += idx * stride
+		stride *= sz[d]
+	}
+	return lo, hi, start, true
+}
+
 // fillBox writes the source-dtype bytes of bx into dst (n x itemsize bytes),
 // using scratch for chunks whose trailing dimensions are partial.
 func fillBox(bx box, dst []byte, scratch *[]byte) error {
@@ -332,30 +362,9 @@ func fillBox(bx box, dst []byte, scratch *[]byte) error {
 			continue // empty chunk
 		}
 		off, sz := chunkGeom(ch)
-		inside := true
-		for d := 0; d < k; d++ {
-			if bx.prefix[d] < off[d] || bx.prefix[d] >= off[d]+sz[d] {
-				inside = false
-				break
-			}
-		}
-		lo, hi := max(bx.a, off[k]), min(bx.b, off[k]+sz[k])
-		if !inside || lo >= hi {
+		lo, hi, start, ok := intersect(bx, off, sz)
+		if !ok {
 			continue
-		}
-		// chunk-local linear start of the region (contiguous in the chunk)
-		var start int64
-		cstride := int64(1)
-		for d := len(sz) - 1; d >= 0; d-- {
-			var idx int64
-			switch {
-			case d < k:
-				idx = bx.prefix[d] - off[d]
-			case d == k:
-				idx = lo - off[k]
-			}
-			start += idx * cstride
-			cstride *= sz[d]
 		}
 		innerChunk := numel(sz[k+1:])
 		count := (hi - lo) * innerChunk
@@ -618,29 +627,9 @@ func forPieces(bx box, fn func(ch *Chunk, start, count, dstElem int64, full bool
 			continue
 		}
 		off, sz := chunkGeom(ch)
-		inside := true
-		for d := 0; d < k; d++ {
-			if bx.prefix[d] < off[d] || bx.prefix[d] >= off[d]+sz[d] {
-				inside = false
-				break
-			}
-		}
-		lo, hi := max(bx.a, off[k]), min(bx.b, off[k]+sz[k])
-		if !inside || lo >= hi {
+		lo, hi, start, ok := intersect(bx, off, sz)
+		if !ok {
 			continue
-		}
-		var start int64
-		cstride := int64(1)
-		for d := len(sz) - 1; d >= 0; d-- {
-			var idx int64
-			switch {
-			case d < k:
-				idx = bx.prefix[d] - off[d]
-			case d == k:
-				idx = lo - off[k]
-			}
-			start += idx * cstride
-			cstride *= sz[d]
 		}
 		full := true
 		for d := k + 1; d < len(g); d++ {
