@@ -476,20 +476,7 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A larger input: the en demo file six times over (JSON Lines).
-	res, err := dataset.Parse("en", unzstd(t, filepath.Join(alpacaDir, "alpaca_en_demo.json.zst")), dataset.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	for range 6 {
-		for _, r := range res.Records {
-			b, _ := json.Marshal(map[string]string{"instruction": r.Instruction, "input": r.Input, "output": r.Output})
-			buf.Write(b)
-			buf.WriteByte('\n')
-		}
-	}
-	in := writeFile(t, "big.jsonl", buf.String())
+	in := bigInput(t)
 	committed := 0
 	for i, delay := range []time.Duration{100 * time.Millisecond, 1000 * time.Millisecond, 2500 * time.Millisecond} {
 		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
@@ -577,6 +564,25 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	}
 }
 
+// bigInput writes a larger input, the en demo file six times over as JSON
+// Lines, so that a run takes long enough to be killed or interrupted midway.
+func bigInput(t *testing.T) string {
+	t.Helper()
+	res, err := dataset.Parse("en", unzstd(t, filepath.Join(alpacaDir, "alpaca_en_demo.json.zst")), dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for range 6 {
+		for _, r := range res.Records {
+			b, _ := json.Marshal(map[string]string{"instruction": r.Instruction, "input": r.Input, "output": r.Output})
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+	}
+	return writeFile(t, "big.jsonl", buf.String())
+}
+
 // mustBeComplete checks that every shard a manifest lists is there, whole and
 // with the checksum the manifest records.
 func mustBeComplete(t *testing.T, dir string) {
@@ -603,19 +609,7 @@ func TestInterrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := dataset.Parse("en", unzstd(t, filepath.Join(alpacaDir, "alpaca_en_demo.json.zst")), dataset.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	for range 6 {
-		for _, r := range res.Records {
-			b, _ := json.Marshal(map[string]string{"instruction": r.Instruction, "input": r.Input, "output": r.Output})
-			buf.Write(b)
-			buf.WriteByte('\n')
-		}
-	}
-	in := writeFile(t, "big.jsonl", buf.String())
+	in := bigInput(t)
 	dir := filepath.Join(t.TempDir(), "out")
 	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--progress-every", "1ms", "--out", dir)
 	cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
