@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryml/ferry/internal/testutil/synth"
 	"github.com/ferryml/ferry/shard"
 )
 
@@ -20,21 +21,8 @@ import (
 // shard package's writer (the same content as shard/internal/mkshards).
 func writeDataset(t testing.TB, ranks, n, seqLen int, mode shard.Mode, batchRows int) string {
 	t.Helper()
-	maxLen := seqLen
-	if mode == shard.ModePack {
-		maxLen = max(seqLen/4, 1)
-	}
-	exs := make([]shard.Example, n)
-	for i := range exs {
-		l := 1 + (i*7919)%maxLen
-		tok := make([]int32, l)
-		for j := range tok {
-			tok[j] = int32(1000 + (i*31+j)%50000)
-		}
-		exs[i] = shard.Example{Sample: int64(i), Tokens: tok, Prompt: l / 3}
-	}
 	lay := shard.Layout{SeqLen: seqLen, Mode: mode, Labels: shard.LabelsMaskPad, PadID: 0}
-	src, err := shard.NewExampleSource(lay, exs)
+	src, err := shard.NewExampleSource(lay, synth.Examples(n, seqLen, mode))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ferryml/ferry/internal/testutil/synth"
 	"github.com/ferryml/ferry/shard"
 )
 
@@ -35,24 +36,6 @@ func main() {
 	}
 }
 
-// Synthetic returns n synthetic examples as described in the command doc.
-func Synthetic(n, seqLen int, mode shard.Mode) []shard.Example {
-	maxLen := seqLen
-	if mode == shard.ModePack {
-		maxLen = max(seqLen/4, 1)
-	}
-	exs := make([]shard.Example, n)
-	for i := range exs {
-		l := 1 + (i*7919)%maxLen
-		t := make([]int32, l)
-		for j := range t {
-			t[j] = int32(1000 + (i*31+j)%50000)
-		}
-		exs[i] = shard.Example{Sample: int64(i), Tokens: t, Prompt: l / 3}
-	}
-	return exs
-}
-
 func run(out string, ranks, rows, seqLen int, mode, labels string, seed uint64, batchRows int, dropLast, force bool) error {
 	if out == "" {
 		return fmt.Errorf("-out is required")
@@ -66,7 +49,7 @@ func run(out string, ranks, rows, seqLen int, mode, labels string, seed uint64, 
 		return err
 	}
 	layout := shard.Layout{SeqLen: seqLen, Mode: m, Labels: lp, PadID: 0}
-	src, err := shard.NewExampleSource(layout, Synthetic(rows, seqLen, m))
+	src, err := shard.NewExampleSource(layout, synth.Examples(rows, seqLen, m))
 	if err != nil {
 		return err
 	}
