@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"fmt"
-	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +15,7 @@ import (
 	"github.com/ferryml/ferry/ckpt"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/internal/testutil/s3server"
+	"github.com/ferryml/ferry/internal/testutil/synthckpt"
 )
 
 const fixtures = "../../testdata/dcp"
@@ -174,41 +172,6 @@ func TestLayouts(t *testing.T) {
 // writeSyntheticShards writes a checkpoint in the HF storage writer layout
 // (safetensors with DCP_SHARDING_INFO): nt F32 tensors [rows, cols] split
 // over ranks files along dim 0. It returns the tensor bytes.
-func writeSyntheticShards(t *testing.T, dir string, nt, rows, cols, ranks int) int64 {
-	t.Helper()
-	rng := rand.New(rand.NewSource(1))
-	per := rows / ranks
-	for r := 0; r < ranks; r++ {
-		info := map[string]map[string][]int{}
-		var entries []string
-		var off int
-		for i := 0; i < nt; i++ {
-			name := fmt.Sprintf("model.layers.%d.w", i)
-			info[name] = map[string][]int{"saved_offsets": {r * per, 0}}
-			n := per * cols * 4
-			entries = append(entries, fmt.Sprintf(`%q:{"dtype":"F32","shape":[%d,%d],"data_offsets":[%d,%d]}`, name, per, cols, off, off+n))
-			off += n
-		}
-		ib, _ := json.Marshal(info)
-		mb, _ := json.Marshal(map[string]string{"DCP_SHARDING_INFO": string(ib), "format": "pt"})
-		h := `{"__metadata__":` + string(mb) + "," + strings.Join(entries, ",") + "}"
-		for len(h)%8 != 0 {
-			h += " "
-		}
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("shard-%05d-model-00001-of-00001.safetensors", r+1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		binary.Write(f, binary.LittleEndian, uint64(len(h)))
-		f.WriteString(h)
-		buf := make([]byte, off)
-		rng.Read(buf)
-		f.Write(buf)
-		f.Close()
-	}
-	return int64(nt * rows * cols * 4)
-}
-
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "ckptmerge")
@@ -252,7 +215,7 @@ func checkNoPartialOutput(t *testing.T, out string, completed bool) {
 func TestSIGKILLLeavesNoCompleteLookingOutput(t *testing.T) {
 	bin := buildBinary(t)
 	src := t.TempDir()
-	writeSyntheticShards(t, src, 16, 512, 2048, 4) // 64 MiB
+	synthckpt.HFShards(t, src, 16, 512, 2048, 4) // 64 MiB
 	args := []string{"--quiet", "--no-kernel-copy", "--parallelism", "1", "--buffer-size", "65536", "--max-shard-size", "20MB", src}
 	// how long does a whole run take?
 	out := t.TempDir()
@@ -392,7 +355,7 @@ func TestS3ServerGoneLeavesNothing(t *testing.T) {
 	bucket := srv.Bucket(t, "gone")
 	srv.SetEnv(t)
 	src := t.TempDir()
-	writeSyntheticShards(t, src, 16, 512, 2048, 4) // 64 MiB
+	synthckpt.HFShards(t, src, 16, 512, 2048, 4) // 64 MiB
 	outURL := storage.Join(bucket, "models/m")
 	for _, delay := range []time.Duration{300 * time.Millisecond} {
 		done := make(chan struct{})
@@ -444,7 +407,7 @@ func TestS3ServerGoneLeavesNothing(t *testing.T) {
 func TestSIGINTExits130(t *testing.T) {
 	bin := buildBinary(t)
 	src := t.TempDir()
-	writeSyntheticShards(t, src, 8, 512, 2048, 4) // 32 MiB
+	synthckpt.HFShards(t, src, 8, 512, 2048, 4) // 32 MiB
 	interrupted := 0
 	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
 		out := t.TempDir()

@@ -13,28 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryml/ferry/internal/testutil/smallfs"
 	"golang.org/x/sys/unix"
 )
 
-// mountTmpfs mounts a tmpfs of the given size on a fresh directory, or
-// skips (fails with FERRY_REQUIRE_TOOLS=1) when that is impossible.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size)
-	if err != nil {
-		msg := fmt.Sprintf("cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): %v", err)
-		if os.Getenv("FERRY_REQUIRE_TOOLS") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
-
 func TestLocalDiskFull(t *testing.T) {
-	dir := mountTmpfs(t, "1m")
+	dir := smallfs.Tmpfs(t, "1m")
 	ctx := context.Background()
 	target := filepath.Join(dir, "target")
 	old := randBytes(100<<10, 11)
