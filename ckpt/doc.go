@@ -9,6 +9,21 @@
 // before the output is touched, and the copy itself is a bounded pipeline
 // of positioned reads and writes that runs near disk speed.
 //
+// # Write paths
+//
+// A local output on a file system with direct I/O (statx reports
+// STATX_DIOALIGN: ext4, xfs, btrfs on Linux >= 6.1) is cut into aligned
+// spans of BufferSize; each worker fills a span in memory (the header
+// bytes, then every tensor piece falling into it, read with pread and cast
+// if asked) and writes it with O_DIRECT. The bytes are copied once, from
+// the source's page cache into the span, and go from there to the device:
+// no dirty pages to write back at fsync, no model-sized page cache churn
+// on a training node. Elsewhere (tmpfs, FUSE, network file systems, or
+// MergeOptions.NoDirectIO) workers copy each tensor's contiguous pieces
+// with copy_file_range and the rest through buffers, with positioned
+// writes and a background fsync every 256 MiB; non-local sinks (S3) get
+// the same buffers in file order. Result.Files[i].IO names the path taken.
+//
 // # Use
 //
 //	ck, err := ckpt.OpenDir(ctx, "ckpt/step-100")           // or Open(ctx, StorageSource("s3://..."))
@@ -20,12 +35,12 @@
 //
 // A Checkpoint is safe for concurrent use once Open returns; Close releases
 // its files (and the temporary files stream transforms were decoded to).
-// Merge runs MergeOptions.Parallelism copy workers plus one dispatcher and
-// one writer goroutine per output file, all owned by the call: they have
-// ended when Merge returns. Memory is bounded by about
-// (3 x Parallelism + 1) x BufferSize (4 MiB by default), whatever the model
-// size; the metadata itself is held in memory (a few hundred bytes per
-// chunk).
+// Merge runs MergeOptions.Parallelism copy workers (plus, without direct
+// I/O, one dispatcher and one writer goroutine) per output file, all owned
+// by the call: they have ended when Merge returns. Memory is bounded by
+// about (3 x Parallelism + 1) x BufferSize (4 MiB by default; with direct
+// I/O about 1.3 x Parallelism x BufferSize), whatever the model size; the
+// metadata itself is held in memory (a few hundred bytes per chunk).
 //
 // # Limits
 //

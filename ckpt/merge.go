@@ -39,11 +39,12 @@ var ConfigFiles = []string{
 
 // MergeOptions controls Merge.
 type MergeOptions struct {
-	// Parallelism is the number of copy workers (default GOMAXPROCS, at
-	// most 8).
+	// Parallelism is the number of copy workers (default GOMAXPROCS,
+	// at least 4 so that writes overlap copies, at most 8).
 	Parallelism int
-	// BufferSize is the size of one copy buffer (default 4 MiB). Memory
-	// used is about 3 x Parallelism x BufferSize.
+	// BufferSize is the size of one copy buffer (default 4 MiB); with
+	// direct I/O, the size of one written span (rounded up to 4 KiB).
+	// Memory used is at most about 3 x Parallelism x BufferSize.
 	BufferSize int
 	// Force replaces an existing model in the output directory (old
 	// model*.safetensors and the index are removed; the old index first).
@@ -55,8 +56,11 @@ type MergeOptions struct {
 	// ConfigFrom, when set, is a directory whose ConfigFiles are copied
 	// into the output (before the index is written).
 	ConfigFrom Source
-	// NoKernelCopy disables the local fast path (in-kernel
-	// copy_file_range of contiguous chunk ranges into a local output).
+	// NoDirectIO disables direct I/O for local outputs (O_DIRECT writes
+	// of aligned spans, used where the file system supports it).
+	NoDirectIO bool
+	// NoKernelCopy disables the in-kernel copy_file_range of contiguous
+	// chunk ranges into a local output written without direct I/O.
 	NoKernelCopy bool
 	// OnProgress, when set, is called with the number of bytes just
 	// written; it must be safe for concurrent use.
@@ -68,6 +72,9 @@ type FileResult struct {
 	Name    string `json:"name"`
 	Size    int64  `json:"size"`
 	Tensors int    `json:"tensors"`
+	// IO is the write path taken: IODirect, IOFallback, IOKernel,
+	// IOBuffered or IOStreamed.
+	IO string `json:"io"`
 }
 
 // TensorResult describes one written tensor.
@@ -104,7 +111,7 @@ var modelFileRE = regexp.MustCompile(`^model(-[0-9]{5}-of-[0-9]{5})?\.safetensor
 func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptions) (*Result, error) {
 	start := time.Now()
 	if o.Parallelism <= 0 {
-		o.Parallelism = min(runtime.GOMAXPROCS(0), 8)
+		o.Parallelism = min(max(runtime.GOMAXPROCS(0), 4), 8)
 	}
 	if o.BufferSize <= 0 {
 		o.BufferSize = DefaultBufferSize
@@ -156,11 +163,12 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 		}
 	}()
 	for _, f := range p.Files {
-		if err := writeFile(ctx, ck, f, sink, &o); err != nil {
+		path, err := writeFile(ctx, ck, f, sink, &o)
+		if err != nil {
 			return nil, err
 		}
 		committed = append(committed, f.Name)
-		res.Files = append(res.Files, FileResult{Name: f.Name, Size: f.Size, Tensors: len(f.Tensors)})
+		res.Files = append(res.Files, FileResult{Name: f.Name, Size: f.Size, Tensors: len(f.Tensors), IO: path})
 	}
 	if o.Force { // stale shards of an earlier, differently split output
 		keep := map[string]bool{}
@@ -645,17 +653,49 @@ func forPieces(bx box, fn func(ch *Chunk, start, count, dstElem int64, full bool
 	return nil
 }
 
-// writeFile writes one planned file through sink.
-func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *MergeOptions) (err error) {
+// writeFile writes one planned file through sink and returns the write
+// path it took (IODirect, IOKernel, ...).
+func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *MergeOptions) (path string, err error) {
 	out, err := sink.Create(ctx, f.Name, f.Size, o.Force)
 	if err != nil {
-		return fmt.Errorf("%s/%s: %w", sink, f.Name, err)
+		return "", fmt.Errorf("%s/%s: %w", sink, f.Name, err)
 	}
 	defer func() {
 		if err != nil {
 			out.Abort()
 		}
 	}()
+	lo, _ := out.(*localOut)
+	if lo != nil && !o.NoDirectIO {
+		if dio := openDirect(lo.tmp); dio != nil {
+			path, err = writeFileDirect(ctx, f, lo, dio, fmt.Sprintf("%s/%s", sink, f.Name), o)
+			dio.Close()
+			if err == nil {
+				err = ctx.Err()
+			}
+			if err != nil {
+				return "", err
+			}
+			if err := out.Commit(); err != nil {
+				return "", fmt.Errorf("%s/%s: %w", sink, f.Name, err)
+			}
+			return path, nil
+		}
+	}
+	path = IOStreamed
+	switch {
+	case lo != nil && !o.NoKernelCopy:
+		path = IOKernel
+	case lo != nil:
+		path = IOBuffered
+	}
+	return path, writeFileBuffered(ctx, f, out, sink, o)
+}
+
+// writeFileBuffered writes f into out from user buffers: positioned writes
+// from the copy workers (with in-kernel copies where possible) into a
+// local file, or an in-order stream into any other sink.
+func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sink, o *MergeOptions) error {
 	wa, positioned := out.(io.WriterAt)
 	if positioned {
 		if _, err := wa.WriteAt(f.Header, 0); err != nil {
@@ -760,7 +800,7 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 		}
 		return nil
 	})
-	err = g.Wait()
+	err := g.Wait()
 	flushing <- struct{}{} // wait for a background fsync before Commit or Abort
 	if err != nil {
 		return err

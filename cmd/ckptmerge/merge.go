@@ -74,6 +74,7 @@ type mergeConfig struct {
 	parallelism      int
 	bufferSize       int
 	noKernelCopy     bool
+	noDirectIO       bool
 	progress         bool // set from the terminal check
 }
 
@@ -96,9 +97,10 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&c.verify, "verify", false, "re-read the output and compare every tensor with the source; per-tensor SHA-256 in the summary")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the summary as JSON on stdout")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress and no summary line")
-	fs.IntVar(&c.parallelism, "parallelism", 0, "copy workers (default: number of CPUs, at most 8)")
-	fs.BoolVar(&c.noKernelCopy, "no-kernel-copy", false, "copy through user-space buffers even where an in-kernel copy (copy_file_range) is possible")
-	fs.IntVar(&c.bufferSize, "buffer-size", 0, "bytes per copy buffer (default 4 MiB); memory is about 3 x parallelism x buffer")
+	fs.IntVar(&c.parallelism, "parallelism", 0, "copy workers (default: number of CPUs, at least 4, at most 8)")
+	fs.BoolVar(&c.noDirectIO, "no-direct-io", false, "write local outputs through the page cache even where the file system supports direct I/O (O_DIRECT)")
+	fs.BoolVar(&c.noKernelCopy, "no-kernel-copy", false, "without direct I/O, copy through user-space buffers even where an in-kernel copy (copy_file_range) is possible")
+	fs.IntVar(&c.bufferSize, "buffer-size", 0, "bytes per copy buffer (default 4 MiB; direct I/O writes spans of this size); memory is at most about 3 x parallelism x buffer")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -184,7 +186,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify, NoKernelCopy: c.noKernelCopy}
+	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify, NoKernelCopy: c.noKernelCopy, NoDirectIO: c.noDirectIO}
 	if c.configFrom != "" {
 		mo.ConfigFrom = sourceFor(c.configFrom)
 	}

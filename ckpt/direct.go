@@ -1,0 +1,229 @@
+package ckpt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Direct I/O: a local output file is assembled in aligned spans in user
+// memory (header bytes and the pieces of every tensor that fall into the
+// span, read with pread from the source) and each span is written with
+// O_DIRECT. The bytes then go from the span buffer to the device once:
+// no second copy into the page cache, no dirty-page writeback to wait for
+// at fsync, and the training node's page cache is not flooded with a model
+// nobody reads back. Where the file system does not report direct-I/O
+// alignment (statx STATX_DIOALIGN: tmpfs, many FUSE and network file
+// systems) or refuses an aligned write, the merge falls back to buffered
+// writes.
+
+// directAlign is the alignment of span offsets, lengths and buffers; the
+// file system's own (dio_offset_align, dio_mem_align) must divide it.
+const directAlign = 4096
+
+// Write paths reported in FileResult.IO.
+const (
+	IODirect   = "direct"          // O_DIRECT writes of aligned spans
+	IOFallback = "direct+buffered" // direct I/O refused mid-file; the rest written buffered
+	IOKernel   = "copy_file_range" // in-kernel copies where possible, user buffers elsewhere
+	IOBuffered = "buffered"        // positioned writes from user buffers
+	IOStreamed = "streamed"        // in order, through a non-positioned sink (S3)
+)
+
+// openDirect opens path for O_DIRECT writes, or returns nil when the file
+// system does not support direct I/O with alignments dividing directAlign.
+func openDirect(path string) *os.File {
+	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil
+	}
+	var st unix.Statx_t
+	err = unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st)
+	if err != nil || st.Mask&unix.STATX_DIOALIGN == 0 || !divides(st.Dio_mem_align, directAlign) || !divides(st.Dio_offset_align, directAlign) {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+func divides(a uint32, n int) bool { return a > 0 && n%int(a) == 0 }
+
+// alignedBuf returns n bytes (a multiple of directAlign) starting at a
+// directAlign boundary.
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+directAlign)
+	skip := (directAlign - int(uintptr(unsafe.Pointer(&b[0]))%directAlign)) % directAlign
+	return b[skip : skip+n : skip+n]
+}
+
+// directWriteAt writes one span through the O_DIRECT descriptor (a
+// variable so that tests can make the file system refuse it).
+var directWriteAt = func(f *os.File, p []byte, off int64) (int, error) { return f.WriteAt(p, off) }
+
+// spanLayout is the copy plan of one file for span writes: the file's
+// boxes in offset order.
+type spanLayout struct {
+	f     *OutFile
+	boxes []box
+	ends  []int64 // ends[i]: byte after boxes[i]
+}
+
+func newSpanLayout(f *OutFile, boxBytes int64) *spanLayout {
+	l := &spanLayout{f: f}
+	for _, t := range f.Tensors {
+		isz := int64(max(t.Item.DType.Size(), t.DType.Size()))
+		forBoxes(t, max(boxBytes/isz, 1), func(bx box) error {
+			l.boxes = append(l.boxes, bx)
+			l.ends = append(l.ends, bx.off+bx.n*int64(t.DType.Size()))
+			return nil
+		})
+	}
+	sort.Sort(byOffset(*l)) // f.Tensors are in file order already; keep it robust
+	return l
+}
+
+type byOffset spanLayout
+
+func (l byOffset) Len() int           { return len(l.boxes) }
+func (l byOffset) Less(i, j int) bool { return l.boxes[i].off < l.boxes[j].off }
+func (l byOffset) Swap(i, j int) {
+	l.boxes[i], l.boxes[j] = l.boxes[j], l.boxes[i]
+	l.ends[i], l.ends[j] = l.ends[j], l.ends[i]
+}
+
+// spanScratch holds one worker's reusable buffers.
+type spanScratch struct {
+	box, src, strided []byte
+}
+
+// fill writes bytes [s, s+len(dst)) of the file into dst.
+func (l *spanLayout) fill(dst []byte, s int64, sc *spanScratch) error {
+	e := s + int64(len(dst))
+	if h := int64(len(l.f.Header)); s < h {
+		copy(dst, l.f.Header[s:min(e, h)])
+	}
+	for i := sort.Search(len(l.ends), func(i int) bool { return l.ends[i] > s }); i < len(l.boxes) && l.boxes[i].off < e; i++ {
+		bx := l.boxes[i]
+		bs, be := bx.off, l.ends[i]
+		if bs >= s && be <= e {
+			if err := fillOut(bx, dst[bs-s:be-s], sc); err != nil {
+				return fmt.Errorf("tensor %q: %w", bx.t.Name, err)
+			}
+			continue
+		}
+		// the box straddles the span's edge: make it whole, keep our part
+		whole := grow(&sc.box, be-bs)
+		if err := fillOut(bx, whole, sc); err != nil {
+			return fmt.Errorf("tensor %q: %w", bx.t.Name, err)
+		}
+		lo, hi := max(bs, s), min(be, e)
+		copy(dst[lo-s:hi-s], whole[lo-bs:hi-bs])
+	}
+	return nil
+}
+
+// fillOut writes the output bytes of bx (cast when the output dtype
+// differs) into dst.
+func fillOut(bx box, dst []byte, sc *spanScratch) error {
+	t := bx.t
+	if t.DType == t.Item.DType {
+		return fillBox(bx, dst, &sc.strided)
+	}
+	src := grow(&sc.src, bx.n*int64(t.Item.DType.Size()))
+	if err := fillBox(bx, src, &sc.strided); err != nil {
+		return err
+	}
+	castInto(dst, t.DType, src, t.Item.DType, int(bx.n))
+	return nil
+}
+
+// writeFileDirect writes f into the local temporary file of lo: spans of
+// span bytes, filled and written by workers in parallel, each span written
+// through dio (O_DIRECT) until the file system refuses one, then buffered.
+// It returns the write path used.
+func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File, name string, o *MergeOptions) (string, error) {
+	span := int64(max(o.BufferSize, directAlign)+directAlign-1) &^ (directAlign - 1)
+	// boxes much smaller than a span, so that the few straddling an edge
+	// (read twice) cost little
+	layout := newSpanLayout(f, max(min(int64(o.BufferSize), span/8), 64))
+	nspans := (f.Size + span - 1) / span
+	var next atomic.Int64
+	var fellBack atomic.Bool
+	var fallbackOnce sync.Once
+	var firstErr error
+	var errOnce sync.Once
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; cancel() })
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < o.Parallelism; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := alignedBuf(int(span))
+			var sc spanScratch
+			for {
+				i := next.Add(1) - 1
+				if i >= nspans || ctx.Err() != nil {
+					return
+				}
+				s := i * span
+				n := min(span, f.Size-s)
+				if err := layout.fill(buf[:n], s, &sc); err != nil {
+					fail(fmt.Errorf("%s: %w", name, err))
+					return
+				}
+				// the last span is written whole (zero tail); the file is
+				// truncated to its size afterwards
+				wn := (n + directAlign - 1) &^ (directAlign - 1)
+				clear(buf[n:wn])
+				if err := writeSpan(dio, lo.f, buf[:wn], s, &fellBack, &fallbackOnce); err != nil {
+					fail(fmt.Errorf("%s: write at byte %d: %w", name, s, err))
+					return
+				}
+				if o.OnProgress != nil {
+					o.OnProgress(n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return "", firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if err := lo.f.Truncate(f.Size); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	if fellBack.Load() {
+		return IOFallback, nil
+	}
+	return IODirect, nil
+}
+
+// writeSpan writes p at off through dio, or through buf (the buffered
+// descriptor) once the file system has refused a direct write with EINVAL
+// (alignment it did not report) or EOPNOTSUPP.
+func writeSpan(dio, buf *os.File, p []byte, off int64, fellBack *atomic.Bool, once *sync.Once) error {
+	if !fellBack.Load() {
+		_, err := directWriteAt(dio, p, off)
+		if err == nil || !(errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP)) {
+			return err
+		}
+		once.Do(func() { fellBack.Store(true) })
+	}
+	_, err := buf.WriteAt(p, off)
+	return err
+}
