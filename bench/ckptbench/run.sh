@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # run.sh -- ckptmerge vs the PyTorch way vs cp, side by side, on one machine.
 #
-# Usage: bench/ckptbench/run.sh [-n RUNS] [-k] [CKPT_DIR]
+# Usage: bench/ckptbench/run.sh [-n RUNS] [-k] [-l LAYERS] [CKPT_DIR]
 #   CKPT_DIR  a DCP checkpoint; default: generate the 1.5 GB 4-rank bf16
 #             benchmark checkpoint (make_dcp_big.py --layers 14) into
 #             $FERRY_BENCH_WORK/ckpt-big14 (default /tmp/ferry-ckptbench).
 #   -n RUNS   alternating runs per side (default 3); medians are reported.
 #   -k        skip the PyTorch side (e.g. for checkpoints torch 1.13 cannot read).
+#   -l LAYERS generate the default checkpoint with this many layers instead
+#             of 14 (ckpt-bigLAYERS): -l 60 is 5.5 GB, to show that memory
+#             stays bounded whatever the model size.
 #
 # Sides (each a separate process, timed with /usr/bin/time; outputs fsynced):
-#   ckptmerge  bin/ckptmerge CKPT OUT                (built if missing)
+#   ckptmerge  bin/ckptmerge CKPT OUT                (built from the tree)
 #   torch      bench/anchors/torch-consolidate.py --format safetensors (DCP load_state_dict + write + fsync)
 #   cp         cp -r CKPT OUT && sync OUT/*          (the same bytes, copied and fsynced)
 #   cp-nosync  cp -r CKPT OUT
@@ -17,26 +20,27 @@
 # The last line is a JSON object {"bench": {...}} with the medians and ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runs=3 skip_torch=0
-while getopts "n:k" o; do
+runs=3 skip_torch=0 layers=14
+while getopts "n:kl:" o; do
 	case $o in
 	n) runs=$OPTARG ;;
 	k) skip_torch=1 ;;
-	*) sed -n '2,17p' "$0"; exit 2 ;;
+	l) layers=$OPTARG ;;
+	*) sed -n '2,20p' "$0"; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
 work=${FERRY_BENCH_WORK:-/tmp/ferry-ckptbench}
 py=${PYTHON:-/usr/bin/python3}
 mkdir -p "$work"
-ckpt=${1:-$work/ckpt-big14}
+ckpt=${1:-$work/ckpt-big$layers}
 if [ ! -f "$ckpt/.metadata" ]; then
-	echo "generating $ckpt (torch DCP, 4 ranks, bf16, ~1.5 GB)" >&2
+	echo "generating $ckpt (torch DCP, 4 ranks, bf16, $layers layers)" >&2
 	rm -rf "$ckpt"
-	"$py" bench/ckptbench/make_dcp_big.py --big "$ckpt" --layers 14 --hidden 2048 --intermediate 5632 \
+	"$py" bench/ckptbench/make_dcp_big.py --big "$ckpt" --layers "$layers" --hidden 2048 --intermediate 5632 \
 		--vocab 32000 --kv-dim 256 --world-size 4 >&2
 fi
-[ -x bin/ckptmerge ] || go build -o bin/ckptmerge ./cmd/ckptmerge
+go build -o bin/ckptmerge ./cmd/ckptmerge # always the tree being measured
 out=$work/out
 timefile=$work/time.txt
 
