@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,12 +55,11 @@ func openDirect(path string) *os.File {
 
 func divides(a uint32, n int) bool { return a > 0 && n%int(a) == 0 }
 
-// alignedBuf returns n bytes (a multiple of directAlign) starting at a
-// directAlign boundary.
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+directAlign)
-	skip := (directAlign - int(uintptr(unsafe.Pointer(&b[0]))%directAlign)) % directAlign
-	return b[skip : skip+n : skip+n]
+// spanBuf maps n bytes (a multiple of directAlign) of anonymous memory:
+// page-aligned as O_DIRECT needs, and outside the Go heap, so the span
+// buffers do not raise the garbage collector's heap goal.
+func spanBuf(n int) ([]byte, error) {
+	return unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 }
 
 // directWriteAt writes one span through the O_DIRECT descriptor (a
@@ -170,7 +168,12 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := alignedBuf(int(span))
+			buf, err := spanBuf(int(span))
+			if err != nil {
+				fail(fmt.Errorf("%s: span buffer: %w", name, err))
+				return
+			}
+			defer unix.Munmap(buf)
 			var sc spanScratch
 			for {
 				i := next.Add(1) - 1
