@@ -155,7 +155,6 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 	nspans := (f.Size + span - 1) / span
 	var next atomic.Int64
 	var fellBack atomic.Bool
-	var fallbackOnce sync.Once
 	var firstErr error
 	var errOnce sync.Once
 	ctx, cancel := context.WithCancel(ctx)
@@ -190,7 +189,7 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 				// truncated to its size afterwards
 				wn := (n + directAlign - 1) &^ (directAlign - 1)
 				clear(buf[n:wn])
-				if err := writeSpan(dio, lo.f, buf[:wn], s, &fellBack, &fallbackOnce); err != nil {
+				if err := writeSpan(dio, lo.f, buf[:wn], s, &fellBack); err != nil {
 					fail(fmt.Errorf("%s: write at byte %d: %w", name, s, err))
 					return
 				}
@@ -219,13 +218,13 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 // writeSpan writes p at off through dio, or through buf (the buffered
 // descriptor) once the file system has refused a direct write with EINVAL
 // (alignment it did not report) or EOPNOTSUPP.
-func writeSpan(dio, buf *os.File, p []byte, off int64, fellBack *atomic.Bool, once *sync.Once) error {
+func writeSpan(dio, buf *os.File, p []byte, off int64, fellBack *atomic.Bool) error {
 	if !fellBack.Load() {
 		_, err := directWriteAt(dio, p, off)
 		if err == nil || !(errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP)) {
 			return err
 		}
-		once.Do(func() { fellBack.Store(true) })
+		fellBack.Store(true)
 	}
 	_, err := buf.WriteAt(p, off)
 	return err
