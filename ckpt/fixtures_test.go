@@ -169,8 +169,12 @@ func TestRejectUnknownTransform(t *testing.T) {
 // TestIndependentGoReader opens every output with nlpodyssey/safetensors
 // and compares each tensor's dtype, shape and bytes with expected.json.
 func TestIndependentGoReader(t *testing.T) {
-	for _, dir := range torch113Fixtures(t) {
-		out, _ := mergeDir(t, dir, KeyOptions{}, PlanOptions{MaxShardSize: 20000}, MergeOptions{})
+	dirs := torch113Fixtures(t)
+	for _, n := range torch26Fixtures {
+		dirs = append(dirs, filepath.Join(fixtureRoot, n))
+	}
+	for _, dir := range dirs {
+		out, _ := mergeDir(t, dir, KeyOptions{}, PlanOptions{MaxShardSize: 8000}, MergeOptions{})
 		var idx struct {
 			WeightMap map[string]string `json:"weight_map"`
 		}
@@ -225,5 +229,53 @@ func TestIndependentGoReader(t *testing.T) {
 		if n != len(idx.WeightMap) {
 			t.Errorf("%s: index has %d tensors, want %d", dir, len(idx.WeightMap), n)
 		}
+	}
+}
+
+// torch26Fixtures are real checkpoints written by torch 2.6 (FSDP2
+// fully_shard, FSDP2 + tensor parallel) on CPU, whose ground truth is
+// torch's own dcp_to_torch_save written out by safetensors.torch.save_file
+// (testdata/dcp/make-torch26-fixtures.py).
+var torch26Fixtures = []string{"torch26-fsdp2-bf16-ws4", "torch26-fsdp2-fp32-ws3-t2", "torch26-fsdp2tp-bf16-2x2"}
+
+func TestTorch26RealCheckpoints(t *testing.T) {
+	for _, name := range torch26Fixtures {
+		dir := filepath.Join(fixtureRoot, name)
+		t.Run(name, func(t *testing.T) {
+			want, err := os.ReadFile(filepath.Join(dir, "expected.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wp := range writePaths {
+				for _, buf := range []int{0, 100, 5000} {
+					mo := wp.mo
+					mo.Parallelism, mo.BufferSize, mo.Verify = 3, buf, true
+					out, _ := mergeDir(t, dir, KeyOptions{}, PlanOptions{}, mo)
+					got, err := os.ReadFile(filepath.Join(out, "model.safetensors"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("%s, buffer %d: output (%d bytes) differs from torch's consolidation (%d bytes)", wp.name, buf, len(got), len(want))
+					}
+				}
+			}
+			// every tensor, optimizer state included, against torch's sha256
+			_, res := mergeDir(t, dir, KeyOptions{IncludeOptimizer: true}, PlanOptions{}, MergeOptions{Verify: true})
+			truth := readExpectedJSON(t, dir)
+			if len(res.Tensors) != len(truth) {
+				t.Fatalf("%d tensors written with the optimizer state, expected.json lists %d", len(res.Tensors), len(truth))
+			}
+			for _, tr := range res.Tensors {
+				if w, ok := truth[tr.Name]; !ok || w != tr.SHA256 {
+					t.Errorf("tensor %q: sha256 %s, expected.json says %q", tr.Name, tr.SHA256, w)
+				}
+			}
+			for _, s := range res.Skipped {
+				if !strings.Contains(s.Reason, "bytes") {
+					t.Errorf("skipped %q (%s), only bytes items should be", s.Key, s.Reason)
+				}
+			}
+		})
 	}
 }
