@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""torch2-consolidate.py -- the torch >= 2.4 ways to merge a DCP checkpoint,
+timed: the modern anchors for ckptmerge (Debian 12's torch 1.13 has
+neither, so bench/cmd/bench uses torch-consolidate.py; run this one with a
+Python whose torch is 2.4 or newer).
+
+Usage
+  python3 bench/anchors/torch2-consolidate.py torch_save  CKPT OUT.pt
+  python3 bench/anchors/torch2-consolidate.py safetensors CKPT OUT.safetensors
+
+  torch_save   torch's own offline tool:
+               torch.distributed.checkpoint.format_utils.dcp_to_torch_save
+  safetensors  what `accelerate merge-weights` does: _load_state_dict into
+               an empty state dict with _EmptyStateDictLoadPlanner
+               (no_dist), then safetensors.torch.save_file of the "model"
+               entry (or of everything, for a flat checkpoint)
+Both fsync the output. Prints the phase timings, then
+{"bench": {"import_s", "merge_s", "total_s"}}.
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("torch_save", "safetensors"):
+        sys.exit(__doc__)
+    mode, ckpt, out = sys.argv[1:]
+    t0 = time.perf_counter()
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner, dcp_to_torch_save
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    t1 = time.perf_counter()
+    if mode == "torch_save":
+        dcp_to_torch_save(ckpt, out)
+    else:
+        from safetensors.torch import save_file
+
+        sd = {}
+        _load_state_dict(sd, storage_reader=dcp.FileSystemReader(ckpt), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+        model = sd["model"] if isinstance(sd.get("model"), dict) else sd
+        save_file({k: v for k, v in model.items() if isinstance(v, torch.Tensor)}, out, metadata={"format": "pt"})
+    fd = os.open(out, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    t2 = time.perf_counter()
+    res = {"import_s": round(t1 - t0, 3), "merge_s": round(t2 - t1, 3), "total_s": round(t2 - t0, 3)}
+    print(json.dumps({"torch": torch.__version__, "mode": mode, **res}))
+    print(json.dumps({"bench": res}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

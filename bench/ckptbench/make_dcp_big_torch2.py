@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""make_dcp_big_torch2.py -- a large checkpoint in FSDP2's layout, written by
+torch >= 2.4's own dcp.save, for ckptmerge against the torch 2.x anchors
+(bench/anchors/torch2-consolidate.py).
+
+Usage
+  python3 make_dcp_big_torch2.py OUTDIR [--layers 14] [--world-size 4]
+
+The same HF-Llama shapes as make_dcp_big.py (hidden 2048, k/v 256, MLP
+5632, vocab 32000, untied lm_head; 14 layers = 1.5 GB), bf16, random
+values; WORLD_SIZE gloo processes on CPU each hold a DTensor Shard(0) of
+every tensor (what fully_shard gives) and save {"model": state_dict} with
+FileSystemWriter, one file per rank.
+"""
+
+import argparse
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+
+
+def shapes(layers, h=2048, kv=256, inter=5632, vocab=32000):
+    s = {"model.embed_tokens.weight": (vocab, h)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        s.update({p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (kv, h),
+                  p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, h),
+                  p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                  p + "mlp.down_proj.weight": (h, inter), p + "input_layernorm.weight": (h,),
+                  p + "post_attention_layernorm.weight": (h,)})
+    s["model.norm.weight"] = (h,)
+    s["lm_head.weight"] = (vocab, h)
+    return s
+
+
+def worker(rank, ws, port, out, layers):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), USE_LIBUV="0")
+    dist.init_process_group("gloo", rank=rank, world_size=ws)
+    mesh = init_device_mesh("cpu", (ws,))
+    g = torch.Generator().manual_seed(rank)
+    sd = {}
+    for name, shape in shapes(layers).items():
+        rows = -(-shape[0] // ws)  # torch.chunk's split, as FSDP2 shards
+        lo, hi = min(rank * rows, shape[0]), min((rank + 1) * rows, shape[0])
+        local = torch.randn((hi - lo, *shape[1:]), generator=g).to(torch.bfloat16)
+        sd[name] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
+                                      stride=torch.empty(shape, device="meta").stride())
+    dcp.save({"model": sd}, storage_writer=dcp.FileSystemWriter(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=14)
+    ap.add_argument("--world-size", type=int, default=4)
+    a = ap.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(a.world_size, port, a.out, a.layers), nprocs=a.world_size, join=True)
+
+
+if __name__ == "__main__":
+    main()
