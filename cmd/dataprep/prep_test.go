@@ -504,63 +504,61 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	// Deterministic points: kill as soon as the first shard temp file
 	// appears (mid-write), and as soon as the first shard is renamed into
 	// place (some shards complete, others not, no manifest yet).
+	firstTemp := func(names []string) bool { return len(names) > 0 }
 	for _, point := range []struct {
 		name string
 		hit  func(names []string) bool
 	}{
-		{"first temp file", func(names []string) bool { return len(names) > 0 }},
+		{"first temp file", firstTemp},
 		{"first complete shard", func(names []string) bool {
 			return slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "rank-") })
 		}},
 	} {
 		dir := filepath.Join(t.TempDir(), "point")
-		cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "4", "--workers", "1", "--batch-rows", "64", "--quiet", "--out", dir)
-		cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		hit := false
-	poll:
-		for {
-			select {
-			case <-exited:
-				break poll
-			default:
-			}
-			ents, _ := os.ReadDir(dir)
-			var names []string
-			for _, e := range ents {
-				names = append(names, e.Name())
-			}
-			if point.hit(names) {
-				hit = true
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				<-exited
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		if !hit {
-			t.Fatalf("%s: the run ended before the kill point", point.name)
-		}
+		killAt(t, exe, dir, point.name, point.hit, "--input", in, "--tokenizer", qwen.dir, "--ranks", "4", "--workers", "1", "--batch-rows", "64", "--quiet", "--out", dir)
 		if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err == nil {
 			t.Fatalf("killed at %s: manifest.json exists", point.name)
 		}
 	}
 	// A killed run's leftovers do not block the next run (no --force needed).
 	dir := filepath.Join(t.TempDir(), "again")
-	cmd := exec.Command(exe, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", dir)
-	cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
-	_ = cmd.Start()
-	time.Sleep(300 * time.Millisecond)
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	killAt(t, exe, dir, "first temp file", firstTemp, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--workers", "1", "--batch-rows", "64", "--quiet", "--out", dir)
 	mustPrep(t, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", dir)
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 3 {
 		t.Errorf("after a killed run and a good one the directory holds %d entries, want 2 shards + manifest", len(ents))
+	}
+}
+
+// killAt runs dataprep (exe in FERRY_DATAPREP_MAIN mode) with args, polls
+// the output directory dir every millisecond, and SIGKILLs the run as soon
+// as hit(the names in dir) is true; the run must not end before that.
+func killAt(t *testing.T, exe, dir, name string, hit func(names []string) bool, args ...string) {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "FERRY_DATAPREP_MAIN=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("%s: the run ended before the kill point", name)
+		default:
+		}
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if hit(names) {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
