@@ -47,6 +47,9 @@ func FuzzParseMetadata(f *testing.F) {
 func FuzzReadTensorBlob(f *testing.F) {
 	addFiles(f, filepath.Join(fixtureRoot, "torch-1.13", "fsdp1-bf16-ws2", "__0_1*.distcp"), 6)
 	addFiles(f, filepath.Join(fixtureRoot, "torch-1.13", "mixed-ws4", "__0_0.distcp"), 1)
+	// torch 2.6: many blobs back to back (the reader sees the last one's
+	// central directory behind the others' bytes)
+	addFiles(f, filepath.Join(fixtureRoot, "torch26-fsdp2tp-bf16-2x2", "__0_0.distcp"), 1)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tb, err := ReadTensorBlob(bytes.NewReader(data), int64(len(data)), "fuzz")
 		if err != nil {
