@@ -143,10 +143,10 @@ func fillOut(bx box, dst []byte, sc *spanScratch) error {
 	return nil
 }
 
-// writeFileDirect writes f into the local temporary file of lo: spans of
-// span bytes, filled and written by workers in parallel, each span written
-// through dio (O_DIRECT) until the file system refuses one, then buffered.
-// It returns the write path used.
+// writeFileDirect writes f into the local temporary file of lo (the caller
+// commits): spans of BufferSize bytes, filled and written by workers in
+// parallel, each through dio (O_DIRECT) until the file system refuses one,
+// then buffered. It returns the write path used.
 func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File, name string, o *MergeOptions) (string, error) {
 	span := int64(max(o.BufferSize, directAlign)+directAlign-1) &^ (directAlign - 1)
 	// boxes much smaller than a span, so that the few straddling an edge

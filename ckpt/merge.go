@@ -163,7 +163,7 @@ func Merge(ctx context.Context, ck *Checkpoint, p *Plan, sink Sink, o MergeOptio
 		}
 	}()
 	for _, f := range p.Files {
-		path, err := writeFile(ctx, ck, f, sink, &o)
+		path, err := writeFile(ctx, f, sink, &o)
 		if err != nil {
 			return nil, err
 		}
@@ -653,9 +653,9 @@ func forPieces(bx box, fn func(ch *Chunk, start, count, dstElem int64, full bool
 	return nil
 }
 
-// writeFile writes one planned file through sink and returns the write
-// path it took (IODirect, IOKernel, ...).
-func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *MergeOptions) (path string, err error) {
+// writeFile writes one planned file through sink, commits it, and returns
+// the write path it took (IODirect, IOKernel, ...).
+func writeFile(ctx context.Context, f *OutFile, sink Sink, o *MergeOptions) (path string, err error) {
 	out, err := sink.Create(ctx, f.Name, f.Size, o.Force)
 	if err != nil {
 		return "", fmt.Errorf("%s/%s: %w", sink, f.Name, err)
@@ -666,35 +666,37 @@ func writeFile(ctx context.Context, ck *Checkpoint, f *OutFile, sink Sink, o *Me
 		}
 	}()
 	lo, _ := out.(*localOut)
+	var dio *os.File
 	if lo != nil && !o.NoDirectIO {
-		if dio := openDirect(lo.tmp); dio != nil {
-			path, err = writeFileDirect(ctx, f, lo, dio, fmt.Sprintf("%s/%s", sink, f.Name), o)
-			dio.Close()
-			if err == nil {
-				err = ctx.Err()
-			}
-			if err != nil {
-				return "", err
-			}
-			if err := out.Commit(); err != nil {
-				return "", fmt.Errorf("%s/%s: %w", sink, f.Name, err)
-			}
-			return path, nil
-		}
+		dio = openDirect(lo.tmp)
 	}
-	path = IOStreamed
 	switch {
+	case dio != nil:
+		path, err = writeFileDirect(ctx, f, lo, dio, fmt.Sprintf("%s/%s", sink, f.Name), o)
+		dio.Close()
 	case lo != nil && !o.NoKernelCopy:
-		path = IOKernel
+		path, err = IOKernel, writeFileBuffered(ctx, f, out, sink, o)
 	case lo != nil:
-		path = IOBuffered
+		path, err = IOBuffered, writeFileBuffered(ctx, f, out, sink, o)
+	default:
+		path, err = IOStreamed, writeFileBuffered(ctx, f, out, sink, o)
 	}
-	return path, writeFileBuffered(ctx, f, out, sink, o)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := out.Commit(); err != nil {
+		return "", fmt.Errorf("%s/%s: %w", sink, f.Name, err)
+	}
+	return path, nil
 }
 
 // writeFileBuffered writes f into out from user buffers: positioned writes
 // from the copy workers (with in-kernel copies where possible) into a
-// local file, or an in-order stream into any other sink.
+// local file, or an in-order stream into any other sink. The caller
+// commits.
 func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sink, o *MergeOptions) error {
 	wa, positioned := out.(io.WriterAt)
 	if positioned {
@@ -802,16 +804,7 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 	})
 	err := g.Wait()
 	flushing <- struct{}{} // wait for a background fsync before Commit or Abort
-	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := out.Commit(); err != nil {
-		return fmt.Errorf("%s/%s: %w", sink, f.Name, err)
-	}
-	return nil
+	return err
 }
 
 func runJob(ctx context.Context, j *copyJob, pool chan []byte, srcBuf, scratch *[]byte, wa io.WriterAt, kc *kernelCopier) error {
