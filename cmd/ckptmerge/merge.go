@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -236,8 +237,14 @@ func printSummary(w io.Writer, dir string, res *ckpt.Result, total int64) {
 		names = append(names, res.Index)
 	}
 	rate := float64(total) / max(res.Seconds, 1e-9)
-	fmt.Fprintf(w, "ckptmerge: %s -> %s: %d tensors, %s in %d file(s) in %.2fs (%s/s)\n",
-		dir, res.Output, len(res.Tensors), human(total), len(res.Files), res.Seconds, human(int64(rate)))
+	var paths []string
+	for _, f := range res.Files {
+		if !slices.Contains(paths, f.IO) {
+			paths = append(paths, f.IO)
+		}
+	}
+	fmt.Fprintf(w, "ckptmerge: %s -> %s: %d tensors, %s in %d file(s) in %.2fs (%s/s, %s)\n",
+		dir, res.Output, len(res.Tensors), human(total), len(res.Files), res.Seconds, human(int64(rate)), strings.Join(paths, ", "))
 	if len(res.Skipped) > 0 {
 		reasons := map[string]int{}
 		for _, s := range res.Skipped {
