@@ -2,8 +2,10 @@
 # `make test` and `make demo` do their own set-up (see scripts/setup-test-deps).
 
 GO          ?= go
-PYTHON      ?= /usr/bin/python3
 FERRY_CACHE ?= $(HOME)/.cache/ferry
+# The pinned test venv (python/requirements-test.lock), built by
+# scripts/setup-test-deps; tests and benchmarks run with its Python.
+PYTHON      ?= $(FERRY_CACHE)/venv/bin/python
 FUZZTIME    ?= 300x
 # Packages that run goroutines get -race in `make test`.
 RACE_PKGS   ?= ./...
@@ -14,12 +16,13 @@ GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION ?= v0.8.2
 
 export FERRY_CACHE
+export FERRY_PYTHON := $(PYTHON)
 export FERRY_NODE_MODULES ?= $(FERRY_CACHE)/npm/node_modules
 export PATH := $(GOBIN_DIR):$(PATH)
 
 BINARIES := dataprep ckptmerge ferry-serve
 
-.PHONY: all build test test-go test-python setup-test-deps vet fmt-check lint fuzz demo bench bench-quick clean
+.PHONY: all build test test-go test-python install-python setup-test-deps vet fmt-check lint fuzz demo bench bench-quick clean
 
 all: build
 
@@ -48,7 +51,12 @@ test-go: build
 	FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 $(RACE_PKGS)
 	FERRY_REQUIRE_TOOLS=1 $(GO) test -count=1 $(FULL_PKGS)
 
-test-python: build
+# The tests import the installed package (pip install ./python), never the
+# source tree.
+install-python:
+	$(PYTHON) -m pip install -q --no-deps --no-build-isolation --force-reinstall ./python
+
+test-python: build install-python
 	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -q python/
 
 fuzz:
@@ -60,12 +68,10 @@ DEMO_OUT ?= out/demo
 demo: build
 	scripts/demo "$(DEMO_OUT)"
 
-bench: build
-	FERRY_BENCH_DEPS=1 scripts/setup-test-deps
+bench: build setup-test-deps install-python
 	$(GO) run ./bench/cmd/bench -mode full $(BENCH_ARGS)
 
-bench-quick: build
-	FERRY_BENCH_DEPS=1 scripts/setup-test-deps
+bench-quick: build setup-test-deps install-python
 	$(GO) run ./bench/cmd/bench -mode quick $(BENCH_ARGS)
 
 clean:

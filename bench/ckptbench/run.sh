@@ -31,7 +31,7 @@ while getopts "n:kl:" o; do
 done
 shift $((OPTIND - 1))
 work=${FERRY_BENCH_WORK:-/tmp/ferry-ckptbench}
-py=${PYTHON:-/usr/bin/python3}
+py=${FERRY_PYTHON:-${FERRY_CACHE:-$HOME/.cache/ferry}/venv/bin/python}
 mkdir -p "$work"
 ckpt=${1:-$work/ckpt-big$layers}
 if [ ! -f "$ckpt/.metadata" ]; then

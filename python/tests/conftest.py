@@ -1,12 +1,39 @@
+import importlib.metadata
 import os
+import platform
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ferry
+from helpers import REPO, ShardMaker, build_go_tool, go_binary
 
-from helpers import REPO, ShardMaker, build_go_tool, go_binary  # noqa: E402
+# The versions this run tested against, printed at the top of the log.
+VERSIONED = ["torch", "transformers", "ray", "datasets", "pyarrow", "safetensors", "tokenizers", "accelerate", "mlflow",
+             "numpy"]
+
+
+def _version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def pytest_report_header(config):
+    return [
+        f"ferry {ferry.__version__} from {os.path.dirname(ferry.__file__)}",
+        f"Python {platform.python_version()}: " + ", ".join(f"{n} {_version(n)}" for n in VERSIONED),
+    ]
+
+
+def pytest_configure(config):
+    # `make test` runs the tests against the package pip installed from
+    # ./python, as users get it, not against the source tree.
+    src = os.path.join(REPO, "python", "ferry")
+    if os.environ.get("FERRY_REQUIRE_TOOLS") == "1" and os.path.realpath(os.path.dirname(ferry.__file__)) == src:
+        raise pytest.UsageError(f"ferry is imported from the source tree ({src}), not from an installed package: "
+                                "run `pip install ./python` (make install-python) first")
 
 
 @pytest.fixture(scope="session")

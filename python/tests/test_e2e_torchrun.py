@@ -24,7 +24,9 @@ from helpers import REPO, Daemon, build_go_tool
 ALPACA = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
 TOKENIZER = os.path.join(REPO, "testdata", "tokenizers", "qwen2.5")
 EXAMPLE = os.path.join(REPO, "examples", "torchrun-fsdp", "train.py")
-TORCHRUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_shim.py")
+# torchrun, as the venv's torch installs it (the same module the `torchrun`
+# script runs), with the interpreter that runs the tests.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
@@ -80,8 +82,8 @@ def merged_tensors(outdir):
 
 
 def torchrun(nproc, args, cwd):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "python"))
-    cmd = [sys.executable, TORCHRUN, f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [*TORCHRUN, f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
            f"--master_port={free_port()}", EXAMPLE, *args]
     return run(cmd, cwd=cwd, env=env)
 
@@ -185,7 +187,7 @@ def test_ray_example_worker_mode_on_cpu(make_shards, serve_bin, tmp_path, feed):
     sharded DCP save."""
     data = make_shards(ranks=2, rows=64, seq_len=32)
     ckpt = tmp_path / "dcp"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "python"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     example = os.path.join(REPO, "examples", "ray-train", "train_ray.py")
     extra, daemon = [], None
     if feed == "serve":
@@ -199,7 +201,7 @@ def test_ray_example_worker_mode_on_cpu(make_shards, serve_bin, tmp_path, feed):
         daemon = train_ray.start_ferry_serve(types.SimpleNamespace(serve=sock, ferry_serve=serve_bin, data_dir=data))
         extra = ["--serve", sock]
     try:
-        r = run([sys.executable, TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        r = run([*TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1",
                  f"--master_port={free_port()}", example, "--worker", "--cpu", "--data-dir", data, "--checkpoint-dir",
                  str(ckpt), "--batch-size", "2", "--max-steps", "6", *extra], cwd=tmp_path, env=env)
     finally:
