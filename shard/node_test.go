@@ -48,9 +48,12 @@ func hash32(h uint32, v []int32) uint32 {
 // same schema metadata, row counts, SHA-256 and column contents as ours.
 func TestNodeArrowReadsShards(t *testing.T) {
 	mods := nodeModules(t)
+	root := t.TempDir()
+	var dirs []string
 	for _, mode := range []Mode{ModePad, ModePack} {
+		dir := filepath.Join(root, string(mode))
+		dirs = append(dirs, dir)
 		t.Run(string(mode), func(t *testing.T) {
-			dir := t.TempDir()
 			m, _ := writeSynth(t, dir, mode, LabelsMaskPrompt, 700, 64, 3, false, 100)
 			var files []string
 			for _, f := range m.Files {
@@ -128,4 +131,5 @@ func TestNodeArrowReadsShards(t *testing.T) {
 			}
 		})
 	}
+	CheckArrow(t, dirs...) // and pyarrow, the third implementation
 }

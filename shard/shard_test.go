@@ -11,6 +11,14 @@ import (
 	"testing"
 )
 
+// CheckArrow reads shard directories with pyarrow and compares them with
+// this package's reader: arrowcheck.CheckDir, which arrowcheck_test.go
+// (package shard_test) installs, as arrowcheck imports this package.
+var CheckArrow = func(t testing.TB, dirs ...string) {
+	t.Helper()
+	t.Fatal("shard: CheckArrow not installed (arrowcheck_test.go)")
+}
+
 func synth(n, maxLen int) []Example {
 	exs := make([]Example, n)
 	for i := range exs {
@@ -44,8 +52,11 @@ func writeSynth(t *testing.T, dir string, mode Mode, labels Labels, n, L, ranks 
 }
 
 // TestRoundTrip writes directories in both modes and checks every row read
-// back against the examples it came from and the format's invariants.
+// back against the examples it came from and the format's invariants, then
+// has pyarrow read them all.
 func TestRoundTrip(t *testing.T) {
+	root := t.TempDir()
+	var dirs []string
 	for _, tc := range []struct {
 		mode              Mode
 		labels            Labels
@@ -60,8 +71,9 @@ func TestRoundTrip(t *testing.T) {
 		{ModePack, LabelsCopy, 64, 8, 2, 3, false},
 	} {
 		name := fmt.Sprintf("%s-%s-n%d-L%d-r%d-b%d-drop%v", tc.mode, tc.labels, tc.n, tc.L, tc.ranks, tc.brow, tc.dropLast)
+		dir := filepath.Join(root, name)
+		dirs = append(dirs, dir)
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
 			m, exs := writeSynth(t, dir, tc.mode, tc.labels, tc.n, tc.L, tc.ranks, tc.dropLast, tc.brow)
 			if m.TotalRows != m.Ranks*m.RowsPerRank {
 				t.Fatalf("total %d != %d×%d", m.TotalRows, m.Ranks, m.RowsPerRank)
@@ -116,6 +128,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 		})
 	}
+	CheckArrow(t, dirs...)
 }
 
 func checkRowT(t *testing.T, mode Mode, labels Labels, pad int32, L int, exs []Example, row *Row) {
@@ -377,6 +390,7 @@ func TestExistingOutput(t *testing.T) {
 	if len(ents) != 4 {
 		t.Fatalf("directory holds %d entries, want 3 shards + manifest", len(ents))
 	}
+	CheckArrow(t, dir)
 }
 
 // TestCancelLeavesNoManifest cancels a write mid-way: no manifest, no temp files.
@@ -412,6 +426,7 @@ func (f funcSource) FillRow(i int, dst *Row) error { return f.fill(i, dst) }
 func TestVerifyMismatch(t *testing.T) {
 	dir := t.TempDir()
 	writeSynth(t, dir, ModePack, LabelsMaskPad, 200, 32, 2, false, 8)
+	CheckArrow(t, dir)
 	p := filepath.Join(dir, FileName(1, 2))
 	data, err := os.ReadFile(p)
 	if err != nil {
@@ -441,6 +456,7 @@ func TestVerifyMismatch(t *testing.T) {
 func TestManifestValidate(t *testing.T) {
 	dir := t.TempDir()
 	m, _ := writeSynth(t, dir, ModePad, LabelsCopy, 10, 8, 2, false, 4)
+	CheckArrow(t, dir)
 	for _, tc := range []struct {
 		name string
 		mess func(m *Manifest)
@@ -470,6 +486,7 @@ func TestManifestValidate(t *testing.T) {
 func TestReaderCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	writeSynth(t, dir, ModePack, LabelsMaskPad, 100, 32, 1, false, 8)
+	CheckArrow(t, dir)
 	data, err := os.ReadFile(filepath.Join(dir, FileName(0, 1)))
 	if err != nil {
 		t.Fatal(err)
@@ -493,8 +510,10 @@ func TestReaderCorrupt(t *testing.T) {
 
 func FuzzReader(f *testing.F) {
 	dir := f.TempDir()
+	var subs []string
 	for i, mode := range []Mode{ModePad, ModePack} {
 		sub := filepath.Join(dir, fmt.Sprint(i))
+		subs = append(subs, sub)
 		exs := synth(20, 8)
 		src, err := NewExampleSource(Layout{SeqLen: 16, Mode: mode, Labels: LabelsMaskPad}, exs)
 		if err != nil {
@@ -509,6 +528,7 @@ func FuzzReader(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	CheckArrow(f, subs...) // the seeds are valid shards
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := NewMappedReader("fuzz.arrow", data)
 		if err != nil {
@@ -536,6 +556,7 @@ func FuzzManifest(f *testing.F) {
 	if _, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 8, Mode: ModePack, Labels: LabelsMaskPad, Ranks: 2, BatchRows: 3}, src); err != nil {
 		f.Fatal(err)
 	}
+	CheckArrow(f, dir)
 	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if err != nil {
 		f.Fatal(err)
