@@ -20,6 +20,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/internal/testutil/arrowcheck"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
 )
@@ -119,10 +120,11 @@ func goldens(t *testing.T, name string) [][]int32 {
 	return out
 }
 
-// allRows opens every shard of dir and calls fn for each row with its
-// global position.
+// allRows has pyarrow check dir (arrowcheck.CheckDir), then opens every
+// shard of dir and calls fn for each row with its global position.
 func allRows(t *testing.T, dir string, fn func(m *shard.Manifest, pos int, r *shard.Row)) *shard.Manifest {
 	t.Helper()
+	arrowcheck.CheckDir(t, dir)
 	m, err := shard.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -331,10 +333,12 @@ func TestSplitLong(t *testing.T) {
 
 // TestWorkersIdentical: the output is byte-identical for any worker count.
 func TestWorkersIdentical(t *testing.T) {
+	var dirs []string
 	for _, mode := range []string{"pad", "pack"} {
 		var sums []string
 		for _, w := range []string{"1", "3"} {
 			dir := t.TempDir()
+			dirs = append(dirs, dir)
 			mustPrep(t, "--input", filepath.Join(alpacaDir, "alpaca_tiny.json"), "--tokenizer", qwen.dir,
 				"--mode", mode, "--seq-len", "256", "--ranks", "3", "--workers", w, "--batch-rows", "7", "--quiet", "--out", dir)
 			m, err := shard.ReadManifest(dir)
@@ -351,6 +355,7 @@ func TestWorkersIdentical(t *testing.T) {
 			t.Errorf("%s: shards differ between --workers 1 and 3", mode)
 		}
 	}
+	arrowcheck.CheckDir(t, dirs...)
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -367,6 +372,7 @@ const good = `{"instruction": "Say hi", "input": "", "output": "hi"}`
 func TestBadInput(t *testing.T) {
 	existing := t.TempDir()
 	mustPrep(t, "--input", writeFile(t, "ok.json", "["+good+","+good+"]"), "--tokenizer", qwen.dir, "--quiet", "--out", existing)
+	arrowcheck.CheckDir(t, existing)
 	for _, tc := range []struct {
 		name    string
 		input   string
@@ -457,6 +463,7 @@ func TestInspect(t *testing.T) {
 	dir := t.TempDir()
 	mustPrep(t, "--input", filepath.Join(alpacaDir, "alpaca_tiny.json"), "--tokenizer", qwen.dir, "--eos", qwen.eos,
 		"--mode", "pack", "--ranks", "2", "--quiet", "--out", dir)
+	arrowcheck.CheckDir(t, dir)
 	out := mustPrep(t, "inspect", dir, "--rank", "1", "--row", "0", "--verify")
 	for _, w := range []string{"2 ranks", "mode       pack", "verify: 2 shards match", "rank 1 row 0 (global position 1)",
 		`text    "### Instruction:\n`, `<|endoftext|>"`} {
@@ -528,6 +535,7 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	if len(ents) != 3 {
 		t.Errorf("after a killed run and a good one the directory holds %d entries, want 2 shards + manifest", len(ents))
 	}
+	arrowcheck.CheckDir(t, dir)
 }
 
 // killAt runs dataprep (exe in FERRY_DATAPREP_MAIN mode) with args, polls
@@ -582,7 +590,7 @@ func bigInput(t *testing.T) string {
 }
 
 // mustBeComplete checks that every shard a manifest lists is there, whole and
-// with the checksum the manifest records.
+// with the checksum the manifest records, and that pyarrow reads it.
 func mustBeComplete(t *testing.T, dir string) {
 	t.Helper()
 	m, err := shard.ReadManifest(dir)
@@ -596,6 +604,7 @@ func mustBeComplete(t *testing.T, dir string) {
 		}
 		r.Close()
 	}
+	arrowcheck.CheckDir(t, dir)
 }
 
 // TestInterrupt: SIGINT exits with status 130 and leaves no manifest. The
