@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryml/ferry/internal/testutil/arrowcheck"
 	"github.com/ferryml/ferry/internal/testutil/synth"
 	"github.com/ferryml/ferry/shard"
 )
 
 // writeDataset writes a synthetic dataprep output of n examples with the
-// shard package's writer (the same content as shard/internal/mkshards).
+// shard package's writer (the same content as shard/internal/mkshards) and
+// has pyarrow check it (arrowcheck.CheckDir).
 func writeDataset(t testing.TB, ranks, n, seqLen int, mode shard.Mode, batchRows int) string {
 	t.Helper()
 	lay := shard.Layout{SeqLen: seqLen, Mode: mode, Labels: shard.LabelsMaskPad, PadID: 0}
@@ -36,6 +38,7 @@ func writeDataset(t testing.TB, ranks, n, seqLen int, mode shard.Mode, batchRows
 	if err != nil {
 		t.Fatal(err)
 	}
+	arrowcheck.CheckDir(t, dir)
 	return dir
 }
 
