@@ -1,4 +1,8 @@
 #!/usr/bin/env node
+// Superseded by hf_tokenize.py (HF tokenizers' Python binding, the same flags
+// and outputs), which bench/cmd/bench runs; kept only for bench/tokenize,
+// until that tool runs hf_tokenize.py --bench too.
+//
 // Anchor: Hugging Face `tokenizers` (the Rust library, through its Node
 // binding), the tokenizer transformers' AutoTokenizer uses.
 //
