@@ -2,15 +2,16 @@
 # dataprep benchmark: ferry dataprep end to end (read, tokenize, pad or pack,
 # shuffle, write 16 rank shards + manifest) vs HF tokenizers batch-encoding
 # the same formatted texts with the same thread count (tokenization alone),
-# side by side in one run (the HF side is bench/anchors/hf-tokenize.js --alpaca
-# --out none --bench-line, the harness's anchor). Prints one JSON line per
+# side by side in one run (the HF side is bench/anchors/hf_tokenize.py --alpaca
+# --out none --bench-line, the harness's anchor: HF tokenizers' Python binding). Prints one JSON line per
 # run, then a table.
 #
 #   bench/dataprepbench/run.sh ALPACA.json TOKENIZER_DIR EOS [THREADS] [RUNS]
 #   e.g. bench/dataprepbench/run.sh /data/alpaca_data.json testdata/tokenizers/qwen2.5 '<|endoftext|>' 2
 #
-# Needs bin/dataprep (make build), node + npm tokenizers under
-# $FERRY_NODE_MODULES, /usr/bin/time, zstd (the fixture tokenizers are .zst).
+# Needs bin/dataprep (make build), a Python with tokenizers ($FERRY_PYTHON,
+# default the venv scripts/setup-test-deps builds), /usr/bin/time, zstd (the
+# fixture tokenizers are .zst).
 # Ratio = dataprep wall time (end to end) / HF encode time with truncation
 # only (lower is better; targets: pack <= 0.1, pad <= 0.25); the ratio to HF
 # with padding="max_length" (what the seeds run) is printed too. Peak RSS
@@ -22,11 +23,11 @@ eos=${3:?EOS token}
 threads=${4:-$(nproc)}
 runs=${5:-1}
 here=$(cd "$(dirname "$0")" && pwd)
-mods=${FERRY_NODE_MODULES:-$HOME/.cache/ferry/npm/node_modules}
+python=${FERRY_PYTHON:-${FERRY_CACHE:-$HOME/.cache/ferry}/venv/bin/python}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# HF's Node binding wants a plain tokenizer.json.
+# HF tokenizers wants a plain tokenizer.json.
 tokjson=$tokdir
 if [ -d "$tokdir" ]; then
 	if [ -f "$tokdir/tokenizer.json" ]; then tokjson=$tokdir/tokenizer.json
@@ -42,11 +43,11 @@ for run in $(seq "$runs"); do
 	# Anchors: HF as the seeds call it (truncation + padding to 1024) and
 	# HF truncation only (faster: the stricter anchor; ratios use it).
 	for v in hf-pad hf-nopad; do
-		# One encodeBatch over every record (--batch larger than the input).
+		# One encode_batch over every record (--batch larger than the input).
 		extra=()
 		[ "$v" = hf-pad ] && extra=(--pad)
-		timed "$tmp/$v" env RAYON_NUM_THREADS="$threads" NODE_PATH="$mods" \
-			node "$here/../anchors/hf-tokenize.js" --tokenizer "$tokjson" --alpaca --eos "$eos" \
+		timed "$tmp/$v" env RAYON_NUM_THREADS="$threads" TOKENIZERS_PARALLELISM=true \
+			"$python" "$here/../anchors/hf_tokenize.py" --tokenizer "$tokjson" --alpaca --eos "$eos" \
 			--max-length 1024 "${extra[@]}" --out none --bench-line --batch 1000000000 "$input"
 		read -r w r < "$tmp/$v.time"
 		e=$(sed -n 's/.*"encode_s":\([0-9.e-]*\).*/\1/p' "$tmp/$v.out")

@@ -31,11 +31,10 @@ type env struct {
 func newEnv(ctx context.Context, c *config, logf func(string, ...any)) *env {
 	e := &env{ctx: ctx, c: c, logf: logf, bin: filepath.Join(c.work, "bin"),
 		built: map[string]string{}, why: map[string]string{}, tools: map[string]string{}}
-	e.tools["node"] = firstLine(e.output("node", "--version"))
-	e.tools["tokenizers (npm)"] = npmVersion(filepath.Join(c.nodeModules, "tokenizers"))
 	e.tools["python"] = firstLine(e.output(c.python, "--version"))
-	e.tools["torch"] = firstLine(e.output(c.python, "-c", "import torch; print(torch.__version__)"))
-	e.tools["numpy"] = firstLine(e.output(c.python, "-c", "import numpy; print(numpy.__version__)"))
+	for k, v := range pythonVersions(e, "tokenizers", "transformers", "torch", "numpy") {
+		e.tools[k] = v
+	}
 	e.tools["cp"] = firstLine(e.output("cp", "--version"))
 	e.tools["versitygw"] = versitygwVersion(e)
 	return e
@@ -59,16 +58,43 @@ func firstLine(s string) string {
 	return s
 }
 
-func npmVersion(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
-	if err != nil {
-		return ""
+// pythonModules prints, as one JSON object, the version of every module
+// named in argv that imports ("" for one that does not).
+const pythonModules = `import importlib, json, sys
+v = {}
+for m in sys.argv[1:]:
+    try:
+        v[m] = str(importlib.import_module(m).__version__)
+    except Exception:
+        v[m] = ""
+print(json.dumps(v))`
+
+// pythonVersions imports each module with the -python interpreter, in one
+// process, and returns module → version ("" = missing or broken).
+func pythonVersions(e *env, modules ...string) map[string]string {
+	out := map[string]string{}
+	for _, m := range modules {
+		out[m] = ""
 	}
-	var p struct{ Version string }
-	if json.Unmarshal(b, &p) != nil {
-		return ""
+	b := e.output(e.c.python, append([]string{"-c", pythonModules}, modules...)...)
+	if b == "" {
+		return out
 	}
-	return p.Version
+	var v map[string]string
+	if json.Unmarshal([]byte(lastLine(b)), &v) != nil {
+		return out
+	}
+	for _, m := range modules {
+		out[m] = v[m]
+	}
+	return out
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
 }
 
 func versitygwVersion(e *env) string {
@@ -159,13 +185,10 @@ func (e *env) helpText(prog string, args ...string) string {
 	return string(out)
 }
 
-// nodeTokenizers says why the HF tokenizers anchor cannot run, or "".
-func (e *env) nodeTokenizers() string {
-	if e.tools["node"] == "" {
-		return "node is not installed (FERRY_BENCH_DEPS=1 scripts/setup-test-deps installs it)"
-	}
-	if e.tools["tokenizers (npm)"] == "" {
-		return fmt.Sprintf("npm tokenizers is not in %s (FERRY_BENCH_DEPS=1 scripts/setup-test-deps installs it)", e.c.nodeModules)
+// hfTokenizers says why the HF tokenizers anchor cannot run, or "".
+func (e *env) hfTokenizers() string {
+	if e.tools["tokenizers"] == "" {
+		return e.c.python + " cannot import tokenizers (scripts/setup-test-deps builds the venv; -python or $FERRY_PYTHON picks another)"
 	}
 	return ""
 }
@@ -173,7 +196,7 @@ func (e *env) nodeTokenizers() string {
 // torch says why the PyTorch anchors cannot run, or "".
 func (e *env) torch() string {
 	if e.tools["torch"] == "" {
-		return e.c.python + " cannot import torch (scripts/setup-test-deps installs Debian's python3-torch)"
+		return e.c.python + " cannot import torch (scripts/setup-test-deps builds the venv; -python or $FERRY_PYTHON picks another)"
 	}
 	return ""
 }

@@ -46,8 +46,8 @@ func readZstd(path string) ([]byte, error) {
 	return b, nil
 }
 
-// tokenizerDir decompresses a fixture tokenizer into the work dir (HF's
-// Node binding reads only plain tokenizer.json) and returns the directory;
+// tokenizerDir decompresses a fixture tokenizer into the work dir (HF
+// tokenizers reads only plain tokenizer.json) and returns the directory;
 // both sides load the same uncompressed file.
 func (e *env) tokenizerDir(name string) (string, error) {
 	src := filepath.Join("testdata/tokenizers", name)

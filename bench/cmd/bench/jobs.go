@@ -12,7 +12,7 @@ import (
 	"github.com/ferryml/ferry/bench/internal/harness"
 )
 
-const hfTokenizeJS = "bench/anchors/hf-tokenize.js"
+const hfTokenizePy = "bench/anchors/hf_tokenize.py"
 
 // buildJobs defines every job for the mode, preparing its inputs. A job
 // that cannot run says why in Unavailable. It also returns one line per
@@ -71,8 +71,16 @@ func requireFlags(help, prog string, names ...string) string {
 	return ""
 }
 
-func (e *env) nodeEnv(threads int) []string {
-	return []string{"NODE_PATH=" + e.c.nodeModules, "RAYON_NUM_THREADS=" + strconv.Itoa(threads)}
+// pyEnv is the anchor's environment: RAYON_NUM_THREADS sizes the rayon pool
+// of HF tokenizers, and TOKENIZERS_PARALLELISM=true overrides a false value
+// inherited from the caller, which would make every run sequential.
+func (e *env) pyEnv(threads int) []string {
+	return []string{"RAYON_NUM_THREADS=" + strconv.Itoa(threads), "TOKENIZERS_PARALLELISM=true"}
+}
+
+// hfLabel names the anchor: "HF tokenizers 0.23.3 (Python binding)".
+func (e *env) hfLabel() string {
+	return "HF tokenizers " + e.tools["tokenizers"] + " (Python binding)"
 }
 
 func unavailable(jobs []harness.Job, why string) []harness.Job {
@@ -84,7 +92,7 @@ func unavailable(jobs []harness.Job, why string) []harness.Job {
 	return jobs
 }
 
-// tokenizerJobs: `dataprep tokenize` vs HF tokenizers (node), for both seed
+// tokenizerJobs: `dataprep tokenize` vs HF tokenizers (Python), for both seed
 // tokenizers, 1 and all threads, on Alpaca prompts and the hard corpus.
 // The metric is the wall time of the whole process: start, tokenizer load,
 // reading JSONL texts, encoding, writing JSONL IDs — the same work on both
@@ -92,7 +100,7 @@ func unavailable(jobs []harness.Job, why string) []harness.Job {
 func tokenizerJobs(e *env) ([]harness.Job, []string) {
 	var jobs []harness.Job
 	var inputs []string
-	why := e.nodeTokenizers()
+	why := e.hfTokenizers()
 	dataprep, whyBin := e.goBuild("cmd/dataprep")
 	benchLine := false
 	if whyBin == "" {
@@ -176,9 +184,9 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 						Argv:   append(argv, in.path[t.name]),
 						Stdout: ferryOut,
 					}},
-					Anchor: harness.Side{Label: "HF tokenizers " + e.tools["tokenizers (npm)"] + " (Node binding)", Cmd: harness.Command{
-						Argv:   []string{"node", hfTokenizeJS, "--tokenizer", tokDir, "--bench-line", in.path[t.name]},
-						Env:    e.nodeEnv(th),
+					Anchor: harness.Side{Label: e.hfLabel(), Cmd: harness.Command{
+						Argv:   []string{e.c.python, hfTokenizePy, "--tokenizer", tokDir, "--bench-line", in.path[t.name]},
+						Env:    e.pyEnv(th),
 						Stdout: hfOut,
 					}},
 					Check:       func() (string, error) { return compareIDs(ferryOut, hfOut) },
@@ -203,7 +211,7 @@ func dataprepJobs(e *env) ([]harness.Job, []string) {
 	var jobs []harness.Job
 	var inputs []string
 	const seqLen, ranks = "1024", "16"
-	why := e.nodeTokenizers()
+	why := e.hfTokenizers()
 	dataprep, whyBin := e.goBuild("cmd/dataprep")
 	help := ""
 	if whyBin == "" {
@@ -250,11 +258,11 @@ func dataprepJobs(e *env) ([]harness.Job, []string) {
 					}
 				}
 			}
-			anchor := []string{"node", hfTokenizeJS, "--tokenizer", tokDir, "--alpaca", "--eos", t.eos, "--max-length", seqLen}
-			label := "HF tokenizers " + e.tools["tokenizers (npm)"] + ", truncation to 1024 (tokenization alone)"
+			anchor := []string{e.c.python, hfTokenizePy, "--tokenizer", tokDir, "--alpaca", "--eos", t.eos, "--max-length", seqLen}
+			label := e.hfLabel() + ", truncation to 1024 (tokenization alone)"
 			if mode == "pad" {
 				anchor = append(anchor, "--pad")
-				label = "HF tokenizers " + e.tools["tokenizers (npm)"] + ", truncation + padding to 1024 as the seeds call it (tokenization alone)"
+				label = e.hfLabel() + ", truncation + padding to 1024 as the seeds call it (tokenization alone)"
 			}
 			anchor = append(anchor, "--out", "none", "--bench-line", recPath)
 			hfOut := e.outPath(slug, "hf")
@@ -266,7 +274,7 @@ func dataprepJobs(e *env) ([]harness.Job, []string) {
 					Before: func() error { return os.RemoveAll(outDir) },
 				}},
 				Anchor: harness.Side{Label: label, Cmd: harness.Command{
-					Argv: anchor, Env: e.nodeEnv(e.c.threads), Stdout: hfOut,
+					Argv: anchor, Env: e.pyEnv(e.c.threads), Stdout: hfOut,
 				}},
 				Check:       func() (string, error) { return checkShards(outDir, hfOut, mode) },
 				Unavailable: why,

@@ -8,13 +8,13 @@ import (
 	"flag"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/ferryml/ferry/bench/internal/harness"
+	"github.com/ferryml/ferry/internal/testutil/pyenv"
 )
 
 func TestMain(m *testing.M) {
@@ -67,6 +67,27 @@ func TestParseFlags(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDefaultPython(t *testing.T) {
+	t.Setenv("HOME", "/h")
+	t.Setenv("FERRY_CACHE", "")
+	t.Setenv("FERRY_PYTHON", "")
+	if got, want := defaultPython(), "/h/.cache/ferry/venv/bin/python"; got != want {
+		t.Errorf("no env: %q, want %q", got, want)
+	}
+	t.Setenv("FERRY_CACHE", "/c")
+	if got, want := defaultPython(), "/c/venv/bin/python"; got != want {
+		t.Errorf("FERRY_CACHE: %q, want %q", got, want)
+	}
+	t.Setenv("FERRY_PYTHON", "/p/python3")
+	if got, want := defaultPython(), "/p/python3"; got != want {
+		t.Errorf("FERRY_PYTHON: %q, want %q", got, want)
+	}
+	c, err := parseFlags([]string{"-mode", "quick"}, io.Discard)
+	if err != nil || c.python != "/p/python3" {
+		t.Errorf("-python default = %q (%v), want $FERRY_PYTHON", c.python, err)
 	}
 }
 
@@ -246,18 +267,6 @@ func TestCheckShards(t *testing.T) {
 	}
 }
 
-// requireTool skips, or fails under FERRY_REQUIRE_TOOLS=1, when a tool is missing.
-func requireTool(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("FERRY_REQUIRE_TOOLS") == "1" {
-		t.Fatalf("%s is missing and FERRY_REQUIRE_TOOLS=1 (scripts/setup-test-deps with FERRY_BENCH_DEPS=1 installs it)", what)
-	}
-	t.Skipf("%s is missing (set FERRY_REQUIRE_TOOLS=1 to fail instead)", what)
-}
-
 // fakeDataprep stands in for bin/dataprep: its tokenize subcommand runs the
 // HF anchor itself, so the harness must find identical IDs.
 const fakeDataprep = `#!/bin/sh
@@ -275,29 +284,25 @@ while [ $# -gt 0 ]; do
 	*) in=$1; shift;;
 	esac
 done
-exec node "$REPO/bench/anchors/hf-tokenize.js" --tokenizer "$tok" "$in"
+exec "$FERRY_BENCH_TEST_PYTHON" "$REPO/bench/anchors/hf_tokenize.py" --tokenizer "$tok" "$in"
 `
 
 // TestRunEndToEnd runs the harness on one real tokenizer job, with the real
-// HF anchor on both sides, and checks what it writes.
+// HF anchor (HF tokenizers' Python binding, from the test venv) on both
+// sides, and checks what it writes.
 func TestRunEndToEnd(t *testing.T) {
-	nodeModules := envOr("FERRY_NODE_MODULES", filepath.Join(homeDir(), ".cache/ferry/npm/node_modules"))
-	_, errNode := exec.LookPath("node")
-	requireTool(t, errNode == nil, "node")
-	_, errTok := os.Stat(filepath.Join(nodeModules, "tokenizers", "package.json"))
-	requireTool(t, errTok == nil, "npm tokenizers in "+nodeModules)
-
+	py := pyenv.Python(t, "tokenizers")
 	t.Chdir("../../..")
 	repo, _ := os.Getwd()
 	t.Setenv("REPO", repo)
-	t.Setenv("NODE_PATH", nodeModules)
+	t.Setenv("FERRY_BENCH_TEST_PYTHON", py)
 	bin, work, results := t.TempDir(), t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "dataprep"), []byte(fakeDataprep), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"-mode", "quick", "-bin", bin, "-work", work, "-results", results,
-		"-node-modules", nodeModules, "-pairs", "2", "-warmup", "0", "-threads", "1",
+		"-python", py, "-pairs", "2", "-warmup", "0", "-threads", "1",
 		"-only", `^tokenize qwen2\.5 corpus 1T$`}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -326,9 +331,9 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Errorf("check = %q", j.Check)
 	}
 	if j.Anchor.PeakRSSBytes < 10<<20 || j.Ferry.PeakRSSBytes < 10<<20 {
-		t.Errorf("peak RSS %d / %d: node with a tokenizer uses more than 10 MiB", j.Ferry.PeakRSSBytes, j.Anchor.PeakRSSBytes)
+		t.Errorf("peak RSS %d / %d: a process with a tokenizer uses more than 10 MiB", j.Ferry.PeakRSSBytes, j.Anchor.PeakRSSBytes)
 	}
-	if res.Machine.CPUs < 1 || res.Machine.Tools["tokenizers (npm)"] == "" || res.Machine.Go == "" {
+	if res.Machine.CPUs < 1 || res.Machine.Tools["tokenizers"] == "" || res.Machine.Go == "" {
 		t.Errorf("machine %+v", res.Machine)
 	}
 	for _, name := range []string{"report.md", "chart.svg"} {
@@ -340,7 +345,7 @@ func TestRunEndToEnd(t *testing.T) {
 	// -list shows every job and why the others cannot run.
 	stdout.Reset()
 	if err := run(context.Background(), []string{"-mode", "quick", "-bin", bin, "-work", work, "-results", results,
-		"-node-modules", nodeModules, "-list"}, &stdout, io.Discard); err != nil {
+		"-python", py, "-list"}, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"dataprep qwen2.5 pack", "not available: dataprep has no", "ckptmerge vs cp",
@@ -355,7 +360,7 @@ func TestTrimToolName(t *testing.T) {
 	for _, tt := range [][3]string{
 		{"cp", "cp (GNU coreutils) 9.1", "(GNU coreutils) 9.1"},
 		{"python", "Python 3.11.2", "3.11.2"},
-		{"node", "v20.20.2", "v20.20.2"},
+		{"go", "go1.26.0", "go1.26.0"},
 		{"torch", "torchvision 1", "torchvision 1"},
 	} {
 		if got := trimToolName(tt[0], tt[1]); got != tt[2] {
