@@ -279,3 +279,56 @@ func TestTorch26RealCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestTorch215AppStateNames: the .metadata of a real torch 2.15 checkpoint
+// in the layout of PyTorch's distributed-checkpoint recipe,
+// dcp.save({"app": AppState}) with AppState.state_dict() = {"model": ...,
+// "optim": ...} from get_state_dict (FSDP1 on 2 ranks, a tiny Llama). The
+// model tensors get their Hugging Face names; the optimizer state stays
+// out. Made with the test venv's python as PY:
+//
+//	PY -m torch.distributed.run --nproc_per_node=2 python/tests/dcp_workers/save_checkpoints.py --out OUT --jobs llama-fsdp1
+//	cp OUT/llama-fsdp1/app-state/.metadata ckpt/testdata/torch2.15-app-state-fsdp1-ws2.metadata
+func TestTorch215AppStateNames(t *testing.T) {
+	const name = "testdata/torch2.15-app-state-fsdp1-ws2.metadata"
+	raw, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := ParseMetadata(raw, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !md.HasPlannerData || md.Version == "" {
+		t.Fatalf("planner_data %v, version %q: want both", md.HasPlannerData, md.Version)
+	}
+	sel, skipped, err := SelectTensors(md, KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sel) != 21 {
+		t.Fatalf("%d tensors selected, want the model's 21", len(sel))
+	}
+	for _, s := range sel {
+		if !strings.HasPrefix(s.Name, "model.") && s.Name != "lm_head.weight" {
+			t.Errorf("%q named %q, want a Hugging Face name", s.Item.Key, s.Name)
+		}
+		if s.Name != strings.TrimPrefix(s.Item.Key, "app.model.") {
+			t.Errorf("%q named %q", s.Item.Key, s.Name)
+		}
+	}
+	reasons := map[string]int{}
+	for _, s := range skipped {
+		reasons[s.Reason]++
+	}
+	if reasons["training state (use --include-optimizer)"] != 3*21 || len(skipped) != 3*21+reasons["bytes item (not a tensor)"] {
+		t.Fatalf("skipped %v, want exp_avg, exp_avg_sq and step of 21 parameters as training state", reasons)
+	}
+	sel, _, err = SelectTensors(md, KeyOptions{IncludeOptimizer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sel) != 4*21 || sel[21].Name != "optim.state.lm_head.weight.exp_avg" {
+		t.Fatalf("with the optimizer: %d tensors (want %d), the 22nd named %q", len(sel), 4*21, sel[21].Name)
+	}
+}

@@ -24,6 +24,7 @@ func addFiles(f *testing.F, pattern string, limit int) {
 func FuzzParseMetadata(f *testing.F) {
 	addFiles(f, filepath.Join(fixtureRoot, "*", ".metadata"), 10)
 	addFiles(f, filepath.Join(fixtureRoot, "*", "*", ".metadata"), 10)
+	addFiles(f, filepath.Join("testdata", "*.metadata"), 4) // real torch 2.15
 	f.Fuzz(func(t *testing.T, data []byte) {
 		md, err := ParseMetadata(data, "fuzz")
 		if err != nil {

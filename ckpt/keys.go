@@ -75,25 +75,35 @@ type Selected struct {
 }
 
 // SelectTensors picks the items that go into the output and names them, in
-// state-dict order. Naming: when planner_data shows the flattened path
-// ("model", NAME) (accelerate's {"model": state_dict}, torchtitan) the name
-// is NAME; a checkpoint without planner_data whose keys all start with
-// "model." and some with "model.model." (accelerate's layout) loses the
-// first "model."; wrapper components (_fsdp_wrapped_module,
+// state-dict order. Naming: leading planner_data path components that every
+// tensor shares and that are not training state (the "app" of PyTorch's
+// recipe, dcp.save({"app": AppState}) with AppState.state_dict() =
+// {"model": ..., "optim": ...}) are dropped; then when the path is
+// ("model", NAME) (accelerate's {"model": state_dict}, ferry.dcp,
+// torchtitan) the name is NAME; a checkpoint without planner_data whose keys
+// all start with "model." and some with "model.model." (accelerate's layout)
+// loses the first "model."; wrapper components (_fsdp_wrapped_module,
 // _checkpoint_wrapped_module, _orig_mod, _fpw_module) are dropped anywhere,
 // and a "module." prefix shared by all names (DDP) is dropped. Then
 // StripPrefixes and Renames apply. Two items mapped to one name is an error.
+// Training state is recognised by the first path component left (or the
+// key's first dotted component without planner_data), with KeepKeys too.
 func SelectTensors(md *Metadata, o KeyOptions) ([]Selected, []Skipped, error) {
 	var sel []Selected
 	var skip []Skipped
+	shared := sharedRoot(md)
 	for _, it := range md.Items {
 		if it.Kind == KindBytes {
 			skip = append(skip, Skipped{it.Key, "bytes item (not a tensor)"})
 			continue
 		}
+		path := it.Path
+		if len(path) > shared {
+			path = path[shared:]
+		}
 		root := it.Key
-		if len(it.Path) > 0 {
-			root = it.Path[0]
+		if len(path) > 0 {
+			root = path[0]
 		} else if i := strings.IndexByte(root, '.'); i >= 0 {
 			root = root[:i]
 		}
@@ -102,8 +112,12 @@ func SelectTensors(md *Metadata, o KeyOptions) ([]Selected, []Skipped, error) {
 			continue
 		}
 		name := it.Key
-		if !o.KeepKeys && len(it.Path) >= 2 && it.Path[0] == "model" {
-			name = strings.Join(it.Path[1:], ".")
+		switch {
+		case o.KeepKeys:
+		case len(path) >= 2 && path[0] == "model":
+			name = strings.Join(path[1:], ".")
+		case shared > 0 && len(it.Path) > shared:
+			name = strings.Join(path, ".")
 		}
 		sel = append(sel, Selected{Name: name, Item: it})
 	}
@@ -146,6 +160,39 @@ func SelectTensors(md *Metadata, o KeyOptions) ([]Selected, []Skipped, error) {
 		seen[s.Name] = s.Item.Key
 	}
 	return sel, skip, nil
+}
+
+// sharedRoot returns how many leading planner_data path components every
+// tensor item shares, counting only components that are not training state
+// and leaving every path at least one component.
+func sharedRoot(md *Metadata) int {
+	var first []string
+	n := -1
+	for _, it := range md.Items {
+		if it.Kind != KindTensor {
+			continue
+		}
+		if len(it.Path) < 2 {
+			return 0
+		}
+		if n < 0 {
+			first, n = it.Path, len(it.Path)-1
+			continue
+		}
+		n = min(n, len(it.Path)-1)
+		for i := 0; i < n; i++ {
+			if it.Path[i] != first[i] {
+				n = i
+				break
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		if trainingStateRoots[first[i]] {
+			return i
+		}
+	}
+	return max(n, 0)
 }
 
 // allHavePrefix reports whether every name starts with prefix and, when

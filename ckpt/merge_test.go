@@ -264,6 +264,31 @@ func TestKeyCleaning(t *testing.T) {
 		{"include optimizer", &Metadata{HasPlannerData: true, Items: []*Item{item("model.w", "model", "w"),
 			item("optimizer.state.w.exp_avg", "optimizer", "state", "w", "exp_avg")}}, KeyOptions{IncludeOptimizer: true},
 			"[w optimizer.state.w.exp_avg]", nil},
+		{"PyTorch recipe: {app: AppState}", &Metadata{HasPlannerData: true, Items: []*Item{
+			item("app.model.model.norm.weight", "app", "model", "model.norm.weight"),
+			item("app.model.lm_head.weight", "app", "model", "lm_head.weight"),
+			item("app.optim.state.lm_head.weight.exp_avg", "app", "optim", "state", "lm_head.weight", "exp_avg"),
+			item("app.optim.state.lm_head.weight.step", "app", "optim", "state", "lm_head.weight", "step"),
+			{Key: "app.optim.param_groups.0.lr", Path: []string{"app", "optim", "param_groups", "0", "lr"}, Kind: KindBytes}}},
+			KeyOptions{}, "[model.norm.weight lm_head.weight]", nil},
+		{"PyTorch recipe with the optimizer", &Metadata{HasPlannerData: true, Items: []*Item{
+			item("app.model.lm_head.weight", "app", "model", "lm_head.weight"),
+			item("app.optim.state.lm_head.weight.exp_avg", "app", "optim", "state", "lm_head.weight", "exp_avg")}},
+			KeyOptions{IncludeOptimizer: true}, "[lm_head.weight optim.state.lm_head.weight.exp_avg]", nil},
+		{"shared root, model only", &Metadata{HasPlannerData: true, Items: []*Item{
+			item("app.model.w", "app", "model", "w"), item("app.model.v", "app", "model", "v")}},
+			KeyOptions{}, "[w v]", nil},
+		{"shared root, bytes items elsewhere", &Metadata{HasPlannerData: true, Items: []*Item{
+			{Key: "epoch", Path: []string{"epoch"}, Kind: KindBytes},
+			item("app.model.w", "app", "model", "w"), item("app.optim.state.w.step", "app", "optim", "state", "w", "step")}},
+			KeyOptions{}, "[w]", nil},
+		{"shared root kept with keep keys", &Metadata{HasPlannerData: true, Items: []*Item{
+			item("app.model.w", "app", "model", "w"), item("app.optim.state.w.step", "app", "optim", "state", "w", "step")}},
+			KeyOptions{KeepKeys: true}, "[app.model.w]", nil},
+		{"optimizer-only checkpoint stays training state", &Metadata{HasPlannerData: true, Items: []*Item{
+			item("optimizer.state.w.exp_avg", "optimizer", "state", "w", "exp_avg"),
+			item("optimizer.state.v.exp_avg", "optimizer", "state", "v", "exp_avg")}},
+			KeyOptions{}, "[]", nil},
 		{"strip and rename", &Metadata{Items: []*Item{item("base_model.layers.0.attn.w")}},
 			KeyOptions{StripPrefixes: []string{"base_model."}, Renames: []Rename{mustRename(t, `layers\.(\d+)\.attn=layers.$1.self_attn`)}},
 			"[layers.0.self_attn.w]", nil},

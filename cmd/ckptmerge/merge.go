@@ -40,7 +40,9 @@ checkpoint folder (the highest step-N/ is used), or a directory of
 safetensors shards written by torch's HuggingFaceStorageWriter
 (DCP_SHARDING_INFO).
 
-Keys are cleaned: accelerate's "model." wrapper, _fsdp_wrapped_module.,
+Keys are cleaned: a wrapper every tensor is nested in (the "app" of
+PyTorch's dcp.save({"app": AppState})), the "model" of {"model": ...,
+"optim": ...} (accelerate, get_state_dict), _fsdp_wrapped_module.,
 _checkpoint_wrapped_module., _orig_mod. and a shared DDP "module." prefix are
 removed. Optimizer and other training state, and non-tensor (bytes) items,
 are left out unless --include-optimizer (bytes items always are).
