@@ -6,32 +6,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/testutil/pyenv"
 )
 
-// pythonWithTorch returns /usr/bin/python3 when it imports torch and numpy.
-// Without them the test fails under FERRY_REQUIRE_TOOLS=1 and is skipped
-// otherwise.
-func pythonWithTorch(t *testing.T) string {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	out, err := exec.Command(py, "-c", "import torch, numpy").CombinedOutput()
-	if err == nil {
-		return py
-	}
-	msg := "needs " + py + " with torch and numpy (apt-get install python3-torch python3-numpy, or scripts/setup-test-deps): " + strings.TrimSpace(string(out))
-	if os.Getenv("FERRY_REQUIRE_TOOLS") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + "; skipped (FERRY_REQUIRE_TOOLS=1 makes this a failure)")
-	return ""
-}
-
-// TestPyTorchReadsOutput reads every merged fixture with numpy (header
-// parsed with json) and compares each tensor with what PyTorch's own DCP
-// load_state_dict gives, bit for bit; the --dtype casts are compared with
+// TestPyTorchReadsOutput reads every merged torch 1.13 fixture with numpy
+// (header parsed with json) and compares each tensor with what the test
+// venv's PyTorch (pyenv: the pinned torch 2.x) loads from the checkpoint
+// with its own DCP reader, bit for bit; the --dtype casts are compared with
 // torch's .to(dtype).
 func TestPyTorchReadsOutput(t *testing.T) {
-	py := pythonWithTorch(t)
+	py := pyenv.Python(t, "torch", "numpy")
 	type run struct {
 		dir   string
 		dtype DType

@@ -3,30 +3,35 @@
 
 Independent check of a ckptmerge output with PyTorch + numpy (no safetensors
 package needed): parses the safetensors header with json, reads every tensor
-with np.frombuffer, loads the DCP checkpoint with torch's own
-load_state_dict(no_dist=True) into full tensors, and compares values
+with np.frombuffer, loads the DCP checkpoint with torch's own DCP reader
+(dcp.load with no_dist=True) into full tensors, and compares values
 (bit-exact; with DTYPE the torch tensor is first converted with .to(dtype),
 for floating tensors only). Prints "ok N" and exits 0, or exits 1.
+
+Runs with the test venv's torch 2.x (ckpt/python_test.go finds it through
+internal/testutil/pyenv). The checkpoints may come from torch 1.13, which
+pickled its classes under torch.distributed._shard.checkpoint.*: torch 2.x
+keeps that package only as an alias of torch.distributed.checkpoint, and a
+submodule imported through the alias is a second copy whose classes DCP's
+own isinstance checks reject, so the old module paths are pointed at the
+real modules before any metadata is read.
 """
+import importlib
 import json
-import os
 import struct
 import sys
+import warnings
 
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
 
-# Debian's torch 1.13 cannot import torch.distributed._shard on Python 3.11;
-# the workaround lives once, in python/ferry/dcp.py, and wraps the imports.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from ferry.dcp import _allow_mutable_dataclass_defaults  # noqa: E402
+# no_dist=True is what we want, said once per load
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
-with _allow_mutable_dataclass_defaults():
-    import numpy as np
-    import torch
-
-    try:
-        import torch.distributed.checkpoint as dcp
-    except ImportError:
-        import torch.distributed._shard.checkpoint as dcp
+for _m in ("metadata", "filesystem"):
+    sys.modules.setdefault("torch.distributed._shard.checkpoint." + _m,
+                           importlib.import_module("torch.distributed.checkpoint." + _m))
 
 NP = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.int16, "I64": np.int64,
       "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
@@ -64,7 +69,7 @@ def check(ckpt, out, cast):
             sd[k] = torch.empty(v.size, dtype=v.properties.dtype)
         else:
             sd[k] = None
-    dcp.load_state_dict(sd, dcp.FileSystemReader(ckpt), no_dist=True)
+    dcp.load(sd, storage_reader=dcp.FileSystemReader(ckpt), no_dist=True)
     tensors = {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
     if set(tensors) != set(header):
         print("tensor names differ:", sorted(set(tensors) ^ set(header)))
