@@ -54,7 +54,9 @@ test-go: build
 # The tests import the installed package (pip install ./python), never the
 # source tree.
 install-python:
+	rm -rf python/build python/ferry.egg-info
 	$(PYTHON) -m pip install -q --no-deps --no-build-isolation --force-reinstall ./python
+	rm -rf python/build python/ferry.egg-info
 
 test-python: build install-python
 	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -q python/
