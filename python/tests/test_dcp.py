@@ -1,4 +1,4 @@
-"""ferry.dcp on the installed torch (1.13 here): sharded DCP save and load
+"""ferry.dcp on the installed torch 2.x: sharded DCP save and load
 round trip in a one-process gloo group."""
 
 import os
@@ -29,8 +29,9 @@ def test_train_state_round_trip(gloo_group, tmp_path):
     ddp(torch.arange(10)).sum().backward()
     opt.step()
     saved = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_opt = {k: {n: t.clone() for n, t in st.items()} for k, st in opt.state_dict()["state"].items()}
     path = tmp_path / "step-1"
-    ferry.dcp.save_train_state(path, ddp, opt)
+    assert ferry.dcp.save_train_state(path, ddp, opt)
     assert (path / ".metadata").exists()
     assert any(n.endswith(".distcp") for n in os.listdir(path))
 
@@ -39,6 +40,11 @@ def test_train_state_round_trip(gloo_group, tmp_path):
     assert not torch.equal(other[0].weight, saved["0.weight"])
     other_ddp = torch.nn.parallel.DistributedDataParallel(other)
     other_opt = torch.optim.AdamW(other_ddp.parameters(), lr=0.1)
-    ferry.dcp.load_train_state(path, other_ddp, other_opt)
+    assert ferry.dcp.load_train_state(path, other_ddp, other_opt)
     for k, v in other.state_dict().items():
         assert torch.equal(v, saved[k]), k
+    got_opt = other_opt.state_dict()["state"]
+    assert sorted(got_opt) == sorted(saved_opt)
+    for k, st in saved_opt.items():
+        for n, t in st.items():
+            assert torch.equal(got_opt[k][n], t), (k, n)
