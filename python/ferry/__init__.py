@@ -19,11 +19,15 @@ Public API:
   device.
 * :class:`ShardSet`, :func:`read_manifest` - the validated manifest and the
   mapped shards, for tools and tests.
+* :func:`to_hf_dataset` - one shard as a Hugging Face ``datasets.Dataset``
+  (needs pyarrow and datasets; ``Dataset.from_file`` cannot read the Arrow
+  IPC file format, see :mod:`ferry.hf`).
 * errors: :class:`FerryError` and its subclasses.
 """
 
 from .dist import DistInfo, resolve as resolve_dist
 from .errors import FerryError, ManifestError, MissingManifestError, MissingShardError, ShardError, StateError
+from .hf import to_hf_dataset
 from .loader import DataLoader, Loader, to_device
 from .order import EpochOrder
 from .serve_client import DaemonGone, ServeError, ServeLoader
@@ -49,6 +53,7 @@ __all__ = [
     "read_manifest",
     "resolve_dist",
     "to_device",
+    "to_hf_dataset",
 ]
 
 __version__ = "0.1.0"
