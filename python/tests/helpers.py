@@ -2,6 +2,7 @@
 mappings. Tests read only files inside the repository; shards are made in a
 temporary directory by the repository's own Go code."""
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -30,8 +31,32 @@ def build_go_tool(pkg, outdir):
     return exe
 
 
+ARROWCHECK = os.path.join(REPO, "internal", "testutil", "arrowcheck", "check_shards.py")
+_arrowcheck = []
+
+
+def arrowcheck():
+    """The shard checker the Go tests use too (internal/testutil/arrowcheck/
+    check_shards.py: pyarrow's memory-mapped IPC file reader against the
+    manifest, a plain-file read at the manifest's offsets and the format's
+    rules), loaded as a module; None without pyarrow, which is an error under
+    FERRY_REQUIRE_TOOLS=1."""
+    if not _arrowcheck:
+        spec = importlib.util.spec_from_file_location("ferry_arrowcheck", ARROWCHECK)
+        mod = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(mod)
+        except ImportError as e:
+            if os.environ.get("FERRY_REQUIRE_TOOLS") == "1":
+                raise RuntimeError(f"{ARROWCHECK} needs pyarrow and numpy in this interpreter: {e}") from e
+            mod = None
+        _arrowcheck.append(mod)
+    return _arrowcheck[0]
+
+
 class ShardMaker:
-    """Runs the synthetic shard generator (shard/internal/mkshards)."""
+    """Runs the synthetic shard generator (shard/internal/mkshards), then
+    has pyarrow check every directory it made (:func:`arrowcheck`)."""
 
     def __init__(self, exe, root):
         self.exe = exe
@@ -46,6 +71,11 @@ class ShardMaker:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
+        check = arrowcheck()
+        if check is not None:
+            rep = check.check_dirs([out])
+            if not rep.ok:
+                raise AssertionError(f"pyarrow disagrees with ferry on {out} ({' '.join(cmd)}):\n{rep.text()}")
         return out
 
 
