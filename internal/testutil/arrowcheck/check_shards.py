@@ -291,7 +291,8 @@ class _Shard:
         if isinstance(pad_id, int):
             rows_where((pad & (ids != pad_id)).any(axis=1), f"input_ids: padding that is not pad_id {pad_id}")
             want_pad_label = pad_id if self.m["labels"] == "copy" else IGNORE
-            rows_where((pad & (labs != want_pad_label)).any(axis=1), f"labels: padding labelled other than {want_pad_label}")
+            rows_where((pad & (labs != want_pad_label)).any(axis=1),
+                       f"labels: padding labelled other than {want_pad_label}")
         rows_where(((labs != ids) & (labs != IGNORE) & ~pad).any(axis=1), "labels: neither input_ids nor -100")
         if self.mode == "pack":
             rows_where(labs[row_of, sst] != IGNORE, "labels: first label of an example not -100")
