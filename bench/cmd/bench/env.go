@@ -32,7 +32,9 @@ func newEnv(ctx context.Context, c *config, logf func(string, ...any)) *env {
 	e := &env{ctx: ctx, c: c, logf: logf, bin: filepath.Join(c.work, "bin"),
 		built: map[string]string{}, why: map[string]string{}, tools: map[string]string{}}
 	e.tools["python"] = firstLine(e.output(c.python, "--version"))
-	for k, v := range pythonVersions(e, "tokenizers", "transformers", "torch", "numpy") {
+	// The anchors' modules: tokenizers is imported (the tokenizer jobs run
+	// it), the others are looked up (a broken torch fails its jobs instead).
+	for k, v := range pythonVersions(e, "+tokenizers", "transformers", "torch", "+numpy") {
 		e.tools[k] = v
 	}
 	e.tools["cp"] = firstLine(e.output("cp", "--version"))
@@ -58,23 +60,29 @@ func firstLine(s string) string {
 	return s
 }
 
-// pythonModules prints, as one JSON object, the version of every module
-// named in argv that imports ("" for one that does not).
-const pythonModules = `import importlib, json, sys
+// pythonModules prints, as one JSON object, the installed version of every
+// distribution named in argv ("" when it is not installed); a name with a
+// leading "+" is also imported, and reported "" when that fails. Only what
+// is cheap to import is imported: importing torch costs seconds of CPU.
+const pythonModules = `import importlib, importlib.metadata, json, sys
 v = {}
-for m in sys.argv[1:]:
+for a in sys.argv[1:]:
+    m = a.lstrip("+")
     try:
-        v[m] = str(importlib.import_module(m).__version__)
+        v[m] = importlib.metadata.version(m)
+        if a.startswith("+"):
+            importlib.import_module(m)
     except Exception:
         v[m] = ""
 print(json.dumps(v))`
 
-// pythonVersions imports each module with the -python interpreter, in one
-// process, and returns module → version ("" = missing or broken).
+// pythonVersions asks the -python interpreter, in one process, for the
+// versions of modules (see pythonModules for the "+" prefix) and returns
+// module → version ("" = missing or broken).
 func pythonVersions(e *env, modules ...string) map[string]string {
 	out := map[string]string{}
 	for _, m := range modules {
-		out[m] = ""
+		out[strings.TrimPrefix(m, "+")] = ""
 	}
 	b := e.output(e.c.python, append([]string{"-c", pythonModules}, modules...)...)
 	if b == "" {
@@ -84,7 +92,7 @@ func pythonVersions(e *env, modules ...string) map[string]string {
 	if json.Unmarshal([]byte(lastLine(b)), &v) != nil {
 		return out
 	}
-	for _, m := range modules {
+	for m := range out {
 		out[m] = v[m]
 	}
 	return out
@@ -196,7 +204,7 @@ func (e *env) hfTokenizers() string {
 // torch says why the PyTorch anchors cannot run, or "".
 func (e *env) torch() string {
 	if e.tools["torch"] == "" {
-		return e.c.python + " cannot import torch (scripts/setup-test-deps builds the venv; -python or $FERRY_PYTHON picks another)"
+		return e.c.python + " has no torch (scripts/setup-test-deps builds the venv; -python or $FERRY_PYTHON picks another)"
 	}
 	return ""
 }
