@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """torch2-consolidate.py -- the torch >= 2.4 ways to merge a DCP checkpoint,
-timed: the modern anchors for ckptmerge (Debian 12's torch 1.13 has
-neither, so bench/cmd/bench uses torch-consolidate.py; run this one with a
-Python whose torch is 2.4 or newer).
+timed: the anchors for ckptmerge in bench/cmd/bench and bench/ckptbench
+(run with the test venv's Python, torch 2.4 or newer).
 
 Usage
-  python3 bench/anchors/torch2-consolidate.py torch_save  CKPT OUT.pt
-  python3 bench/anchors/torch2-consolidate.py safetensors CKPT OUT.safetensors
+  python bench/anchors/torch2-consolidate.py torch_save  CKPT OUT.pt
+  python bench/anchors/torch2-consolidate.py safetensors CKPT OUT.safetensors
 
   torch_save   torch's own offline tool:
                torch.distributed.checkpoint.format_utils.dcp_to_torch_save

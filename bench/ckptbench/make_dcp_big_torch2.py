@@ -4,9 +4,10 @@ torch >= 2.4's own dcp.save, for ckptmerge against the torch 2.x anchors
 (bench/anchors/torch2-consolidate.py).
 
 Usage
-  python3 make_dcp_big_torch2.py OUTDIR [--layers 14] [--world-size 4]
+  python make_dcp_big_torch2.py OUTDIR [--layers 14] [--hidden 2048]
+      [--intermediate 5632] [--vocab 32000] [--kv-dim 256] [--world-size 4]
 
-The same HF-Llama shapes as make_dcp_big.py (hidden 2048, k/v 256, MLP
+HF-Llama shapes (defaults: hidden 2048, k/v 256, MLP
 5632, vocab 32000, untied lm_head; 14 layers = 1.5 GB), bf16, random
 values; WORLD_SIZE gloo processes on CPU each hold a DTensor Shard(0) of
 every tensor (what fully_shard gives) and save {"model": state_dict} with
@@ -39,13 +40,13 @@ def shapes(layers, h=2048, kv=256, inter=5632, vocab=32000):
     return s
 
 
-def worker(rank, ws, port, out, layers):
+def worker(rank, ws, port, out, dims):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), USE_LIBUV="0")
     dist.init_process_group("gloo", rank=rank, world_size=ws)
     mesh = init_device_mesh("cpu", (ws,))
     g = torch.Generator().manual_seed(rank)
     sd = {}
-    for name, shape in shapes(layers).items():
+    for name, shape in shapes(**dims).items():
         rows = -(-shape[0] // ws)  # torch.chunk's split, as FSDP2 shards
         lo, hi = min(rank * rows, shape[0]), min((rank + 1) * rows, shape[0])
         local = torch.randn((hi - lo, *shape[1:]), generator=g).to(torch.bfloat16)
@@ -60,12 +61,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=14)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--intermediate", type=int, default=5632)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--kv-dim", type=int, default=256)
     ap.add_argument("--world-size", type=int, default=4)
     a = ap.parse_args()
+    dims = dict(layers=a.layers, h=a.hidden, kv=a.kv_dim, inter=a.intermediate, vocab=a.vocab)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(a.world_size, port, a.out, a.layers), nprocs=a.world_size, join=True)
+    mp.spawn(worker, args=(a.world_size, port, a.out, dims), nprocs=a.world_size, join=True)
 
 
 if __name__ == "__main__":

@@ -3,17 +3,17 @@
 #
 # Usage: bench/ckptbench/run.sh [-n RUNS] [-k] [-l LAYERS] [CKPT_DIR]
 #   CKPT_DIR  a DCP checkpoint; default: generate the 1.5 GB 4-rank bf16
-#             benchmark checkpoint (make_dcp_big.py --layers 14) into
+#             benchmark checkpoint (make_dcp_big_torch2.py --layers 14) into
 #             $FERRY_BENCH_WORK/ckpt-big14 (default /tmp/ferry-ckptbench).
 #   -n RUNS   alternating runs per side (default 3); medians are reported.
-#   -k        skip the PyTorch side (e.g. for checkpoints torch 1.13 cannot read).
+#   -k        skip the PyTorch side.
 #   -l LAYERS generate the default checkpoint with this many layers instead
 #             of 14 (ckpt-bigLAYERS): -l 60 is 5.5 GB, to show that memory
 #             stays bounded whatever the model size.
 #
 # Sides (each a separate process, timed with /usr/bin/time; outputs fsynced):
 #   ckptmerge  bin/ckptmerge CKPT OUT                (built from the tree)
-#   torch      bench/anchors/torch-consolidate.py --format safetensors (DCP load_state_dict + write + fsync)
+#   torch      bench/anchors/torch2-consolidate.py safetensors (DCP _load_state_dict no_dist + save_file + fsync)
 #   cp         cp -r CKPT OUT && sync OUT/*          (the same bytes, copied and fsynced)
 #   cp-nosync  cp -r CKPT OUT
 # Peak RSS is ckptmerge's own VmHWM (from --json) and ru_maxrss for the others.
@@ -37,7 +37,7 @@ ckpt=${1:-$work/ckpt-big$layers}
 if [ ! -f "$ckpt/.metadata" ]; then
 	echo "generating $ckpt (torch DCP, 4 ranks, bf16, $layers layers)" >&2
 	rm -rf "$ckpt"
-	"$py" bench/ckptbench/make_dcp_big.py --big "$ckpt" --layers "$layers" --hidden 2048 --intermediate 5632 \
+	"$py" bench/ckptbench/make_dcp_big_torch2.py "$ckpt" --layers "$layers" --hidden 2048 --intermediate 5632 \
 		--vocab 32000 --kv-dim 256 --world-size 4 >&2
 fi
 go build -o bin/ckptmerge ./cmd/ckptmerge # always the tree being measured
@@ -52,7 +52,7 @@ one() { # side -> prints "wall_s rss_kb"
 		rss=$(sed -n 's/.*"peak_rss_bytes": \([0-9]*\).*/\1/p' "$work/ckptmerge.json")
 		echo "$(cut -d' ' -f1 "$timefile") $((rss / 1024))"
 		return ;;
-	torch) /usr/bin/time -o "$timefile" -f "%e %M" "$py" bench/anchors/torch-consolidate.py "$ckpt" "$out" --format safetensors >/dev/null ;;
+	torch) mkdir -p "$out" && /usr/bin/time -o "$timefile" -f "%e %M" "$py" bench/anchors/torch2-consolidate.py safetensors "$ckpt" "$out/model.safetensors" >/dev/null ;;
 	cp) /usr/bin/time -o "$timefile" -f "%e %M" sh -c 'cp -r "$1" "$2" && sync "$2"/* "$2"/.metadata' sh "$ckpt" "$out" ;;
 	cp-nosync) /usr/bin/time -o "$timefile" -f "%e %M" cp -r "$ckpt" "$out" ;;
 	esac

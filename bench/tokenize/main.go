@@ -1,5 +1,5 @@
 // Command tokenize-bench measures ferry's tokenizer against Hugging Face
-// tokenizers (the Rust library, through its Node binding) side by side: the
+// tokenizers (the Rust library, through its Python binding) side by side: the
 // same texts, the same thread count, runs alternating between the two.
 //
 //	go run ./bench/tokenize [-quick] [-threads 1,2] [-runs 5] [-alpaca-mb 20]
@@ -10,12 +10,12 @@
 // tokenizer (Qwen2.5, Llama-3.1), input and thread count it prints the median
 // MB/s (1e6 bytes of UTF-8 text per second) of each side by wall clock and
 // by process CPU time, and the ratio ferry/HF. HF runs as
-// `node bench/anchors/hf-tokenize.js --bench` with RAYON_NUM_THREADS=N;
+// `PYTHON bench/anchors/hf_tokenize.py --bench` with RAYON_NUM_THREADS=N;
 // ferry runs EncodeBatch in this process with N goroutines. Both time only
-// encoding (texts already in memory), after one warm-up pass. Needs node and
-// the npm package tokenizers@0.23.2 in $FERRY_NODE_MODULES (default
-// ~/.cache/ferry/npm/node_modules; FERRY_BENCH_DEPS=1 scripts/setup-test-deps
-// installs it). Run from the repository root.
+// encoding (texts already in memory), after one warm-up pass. PYTHON is the
+// test venv that scripts/setup-test-deps builds (-python; default
+// $FERRY_PYTHON, else $FERRY_CACHE/venv/bin/python). Run from the repository
+// root.
 package main
 
 import (
@@ -37,6 +37,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryml/ferry/internal/procstat"
+	"github.com/ferryml/ferry/internal/pyenv"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -45,7 +46,7 @@ type config struct {
 	threads   []int
 	runs      int
 	alpacaMB  float64
-	nodeMods  string
+	python    string
 	anchor    string
 	work      string
 	jsonOut   string
@@ -67,13 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.quick, "quick", false, "small inputs (2 MB of Alpaca, a quarter of the corpus) and 3 runs")
 	fs.IntVar(&c.runs, "runs", 5, "timed runs per side after one warm-up")
 	fs.Float64Var(&c.alpacaMB, "alpaca-mb", 20, "size of the repeated Alpaca input in MB")
-	home, _ := os.UserHomeDir()
-	def := os.Getenv("FERRY_NODE_MODULES")
-	if def == "" {
-		def = filepath.Join(home, ".cache", "ferry", "npm", "node_modules")
-	}
-	fs.StringVar(&c.nodeMods, "node-modules", def, "npm `dir` holding tokenizers")
-	fs.StringVar(&c.anchor, "anchor", filepath.Join("bench", "anchors", "hf-tokenize.js"), "the HF anchor script")
+	fs.StringVar(&c.python, "python", pyenv.Path(), "`python` with HF tokenizers (default: the test venv)")
+	fs.StringVar(&c.anchor, "anchor", filepath.Join("bench", "anchors", "hf_tokenize.py"), "the HF anchor script")
 	fs.StringVar(&c.work, "work", "", "scratch `dir` (default: a temporary directory)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to `file`")
 	fs.StringVar(&c.tokenizer, "tokenizer", "", "only this tokenizer (qwen2.5 or llama3.1)")
@@ -91,8 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.runs = min(c.runs, 3)
 		c.alpacaMB = min(c.alpacaMB, 2)
 	}
-	if _, err := os.Stat(filepath.Join(c.nodeMods, "tokenizers")); err != nil {
-		return fmt.Errorf("HF tokenizers is not installed in %s (FERRY_BENCH_DEPS=1 scripts/setup-test-deps): %w", c.nodeMods, err)
+	if out, err := exec.CommandContext(ctx, c.python, "-c", "import tokenizers").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s cannot import HF tokenizers (scripts/setup-test-deps builds the venv): %v: %s", c.python, err, bytes.TrimSpace(out))
 	}
 	if c.work == "" {
 		dir, err := os.MkdirTemp("", "ferry-tokenize-bench-")
@@ -167,7 +163,7 @@ type result struct {
 	HFMBCPU          float64 `json:"hf_mb_per_cpu_s"`
 }
 
-// measure alternates: HF (a node process that warms up and times c.runs
+// measure alternates: HF (a Python process that warms up and times c.runs
 // runs), then ferry's warm-up and c.runs runs, and repeats this twice; the
 // medians of all runs of each side are compared.
 func measure(ctx context.Context, c config, tok *tokenize.Tokenizer, dir, file string, texts []string, threads int) (result, error) {
@@ -203,8 +199,8 @@ func measure(ctx context.Context, c config, tok *tokenize.Tokenizer, dir, file s
 }
 
 func hfBench(ctx context.Context, c config, dir, file string, threads, runs int) (wall, cpu []float64, err error) {
-	cmd := exec.CommandContext(ctx, "node", c.anchor, "--tokenizer", dir, "--bench", "--runs", strconv.Itoa(runs), "--warmup", "1", file)
-	cmd.Env = append(os.Environ(), "NODE_PATH="+c.nodeMods, "RAYON_NUM_THREADS="+strconv.Itoa(threads))
+	cmd := exec.CommandContext(ctx, c.python, c.anchor, "--tokenizer", dir, "--bench", "--runs", strconv.Itoa(runs), "--warmup", "1", file)
+	cmd.Env = append(os.Environ(), "RAYON_NUM_THREADS="+strconv.Itoa(threads), "TOKENIZERS_PARALLELISM=true")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
@@ -236,7 +232,7 @@ func readZstd(path string) ([]byte, error) {
 	return d.DecodeAll(raw, nil)
 }
 
-// unpackTokenizer writes testdata/tokenizers/NAME uncompressed (HF's Node
+// unpackTokenizer writes testdata/tokenizers/NAME uncompressed (HF's
 // binding reads only a plain tokenizer.json) and returns the directory.
 func unpackTokenizer(name, work string) (string, error) {
 	src := filepath.Join("testdata", "tokenizers", name)

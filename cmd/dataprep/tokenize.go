@@ -25,7 +25,7 @@ const tokenizeUsage = `usage: dataprep tokenize --tokenizer PATH [flags] [IN.jso
 
 Tokenizes JSONL {"text": ...} lines (stdin without IN) and writes one
 {"ids": [...]} line per input line, in input order: the contract of HF's
-reference tool hf-tokenize.js, so the two outputs can be diffed.
+reference tool bench/anchors/hf_tokenize.py, so the two outputs can be diffed.
 
 Examples:
   dataprep tokenize --tokenizer models/qwen2.5 texts.jsonl > ids.jsonl
@@ -75,11 +75,11 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 	fs.StringVar(&c.padToken, "pad-token", "", "the padding `token` (default: --eos, as the seeds set pad_token = eos_token)")
 	fs.StringVar(&c.out, "out", "-", "output `file`: - for stdout, none to discard the ids")
 	fs.BoolVar(&c.benchLine, "bench-line", false, `print a final {"bench": {...}} line with the encode throughput on stdout`)
-	fs.BoolVar(&c.bench, "bench", false, "time EncodeBatch over the whole input --runs times after --warmup and print one JSON object, as hf-tokenize.js --bench does (no ids are written)")
+	fs.BoolVar(&c.bench, "bench", false, "time EncodeBatch over the whole input --runs times after --warmup and print one JSON object, as bench/anchors/hf_tokenize.py --bench does (no ids are written)")
 	fs.IntVar(&c.runs, "runs", 5, "with --bench: timed runs")
 	fs.IntVar(&c.warmup, "warmup", 1, "with --bench: untimed runs first")
 	fs.IntVar(&c.batch, "batch", 4096, "JSONL lines read and encoded per batch")
-	special := fs.Bool("special", false, "add_special_tokens=true (the default; for hf-tokenize.js compatibility)")
+	special := fs.Bool("special", false, "add_special_tokens=true (the default; for hf_tokenize.py compatibility)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -294,7 +294,7 @@ type tokenizePass struct {
 // run encodes texts (or JSONL lines to decode first; firstLine numbers
 // them) and writes the ids to w (nil: discard). Decoding the JSON, encoding
 // and formatting the output are three parallel phases, so that encode_s of
-// --bench-line times the tokenizer alone, as hf-tokenize.js times encodeBatch.
+// --bench-line times the tokenizer alone, as hf_tokenize.py times encode_batch.
 func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, firstLine int, w *bufio.Writer) error {
 	n := len(texts)
 	if lines != nil {

@@ -84,7 +84,7 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 	merge := harness.Side{Label: "ferry ckptmerge"}
 	jobs := []harness.Job{
 		{Name: "ckptmerge vs torch", Group: "ckptmerge", Metric: harness.Metric{Name: "wall_s", Unit: "s"}, Ferry: merge,
-			Anchor: harness.Side{Label: "PyTorch " + e.tools["torch"] + " DCP load_state_dict + safetensors write"}},
+			Anchor: harness.Side{Label: "PyTorch " + e.tools["torch"] + " DCP _load_state_dict (no_dist, as accelerate merge-weights) + safetensors save_file"}},
 		{Name: "ckptmerge vs cp", Group: "ckptmerge", Metric: harness.Metric{Name: "wall_s", Unit: "s"}, Ferry: merge,
 			Anchor: harness.Side{Label: "cp -r of the checkpoint + sync of the copies"}},
 	}
@@ -112,8 +112,8 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 			Stdout: e.outPath(slug, "ferry"), Before: rm(out("ferry"))}
 	}
 	jobs[0].Anchor.Cmd = harness.Command{
-		Argv:   []string{e.c.python, "bench/anchors/torch-consolidate.py", ckpt, out("torch"), "--format", "safetensors"},
-		Stdout: e.outPath(slugify(jobs[0].Name), "torch"), Before: rm(out("torch")),
+		Argv:   []string{e.c.python, "bench/anchors/torch2-consolidate.py", "safetensors", ckpt, filepath.Join(out("torch"), "model.safetensors")},
+		Stdout: e.outPath(slugify(jobs[0].Name), "torch"), Before: func() error { os.RemoveAll(out("torch")); return os.MkdirAll(out("torch"), 0o755) },
 	}
 	jobs[0].Check = func() (string, error) { return compareSafetensors(out("ferry"), out("torch")) }
 	jobs[1].Anchor.Cmd = harness.Command{
@@ -125,7 +125,7 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 
 // ckptGenerator writes the benchmark checkpoint with torch's own DCP
 // writer (--big OUT_DIR plus the model shape).
-const ckptGenerator = "bench/ckptbench/make_dcp_big.py"
+const ckptGenerator = "bench/ckptbench/make_dcp_big_torch2.py"
 
 // checkpoint generates (once; it is kept in the work dir) a 4-rank bf16
 // checkpoint of a Llama-shaped model: ~75 MB in quick mode, ~1.5 GB full.
@@ -138,7 +138,7 @@ func (e *env) checkpoint(gen string) (string, string, error) {
 	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
 		os.RemoveAll(dir)
 		e.logf("generating the checkpoint %s with %s", dir, gen)
-		out := e.output(e.c.python, append([]string{gen, "--big", dir}, args...)...)
+		out := e.output(e.c.python, append([]string{gen, dir}, args...)...)
 		if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
 			return "", "", fmt.Errorf("%s %s wrote no .metadata (%s)", gen, strings.Join(args, " "), oneLine(out, 200))
 		}

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/bench/internal/harness"
+	"github.com/ferryml/ferry/internal/pyenv"
 )
 
 type config struct {
@@ -84,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&only, "only", "", "run only the jobs whose name matches this `regexp` (the others are listed as skipped)")
 	fs.StringVar(&c.work, "work", "bench/work", "scratch `dir` for inputs and outputs (git-ignored)")
 	fs.StringVar(&c.results, "results", "", "`dir` for the JSON, report.md and chart.svg (default: bench/results for full, bench/work/results-quick for quick)")
-	fs.StringVar(&c.python, "python", defaultPython(), "`python` with tokenizers, transformers and torch for the anchors (default: $FERRY_PYTHON, else the venv scripts/setup-test-deps builds)")
+	fs.StringVar(&c.python, "python", pyenv.Path(), "`python` with tokenizers, transformers and torch for the anchors (default: $FERRY_PYTHON, else the venv scripts/setup-test-deps builds)")
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "the \"all threads\" count")
 	fs.StringVar(&c.binDir, "bin", "", "use the ferry binaries in this `dir` (e.g. bin after make build) instead of building them from the tree")
 	fs.BoolVar(&c.list, "list", false, "list the jobs and whether they can run, then exit")
@@ -261,17 +262,6 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-// defaultPython is the interpreter of the pinned test venv, found as
-// internal/testutil/pyenv.Path finds it (kept here: a command does not
-// import test helpers): $FERRY_PYTHON, else $FERRY_CACHE/venv/bin/python,
-// else ~/.cache/ferry/venv/bin/python.
-func defaultPython() string {
-	if p := os.Getenv("FERRY_PYTHON"); p != "" {
-		return p
-	}
-	return filepath.Join(envOr("FERRY_CACHE", filepath.Join(homeDir(), ".cache", "ferry")), "venv", "bin", "python")
 }
 
 func homeDir() string {

@@ -3,8 +3,8 @@
 // torch, transformers, pyarrow, datasets, safetensors and tokenizers) for Go
 // tests that check ferry's output with the real Python libraries.
 //
-// The interpreter is $FERRY_PYTHON (`make test` exports it); without it,
-// $FERRY_CACHE/venv/bin/python, then $HOME/.cache/ferry/venv/bin/python. A
+// The interpreter is internal/pyenv.Path ($FERRY_PYTHON, which `make test`
+// exports, else the venv under $FERRY_CACHE or ~/.cache/ferry). A
 // missing interpreter or module fails the test under FERRY_REQUIRE_TOOLS=1
 // (as in `make test`) and skips it otherwise.
 package pyenv
@@ -12,24 +12,15 @@ package pyenv
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/pyenv"
 )
 
-// Path returns the interpreter path this package would use, whether or not
-// it exists.
-func Path() string {
-	if p := os.Getenv("FERRY_PYTHON"); p != "" {
-		return p
-	}
-	cache := os.Getenv("FERRY_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "ferry")
-	}
-	return filepath.Join(cache, "venv", "bin", "python")
-}
+// Path is internal/pyenv.Path: $FERRY_PYTHON, else the venv under
+// $FERRY_CACHE or ~/.cache/ferry.
+func Path() string { return pyenv.Path() }
 
 // Python returns the test venv's interpreter after checking that it imports
 // every module named (for example "torch", "pyarrow").
