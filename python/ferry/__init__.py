@@ -17,6 +17,11 @@ Public API:
   keeps the resume point exact with worker processes.
 * :func:`to_device` - ``.to(device, non_blocking=True)`` + int64 ids on the
   device.
+* :func:`check_packing` - refuses (:class:`PackingError`) a model on which
+  pack-mode batches would let documents attend to each other;
+  :func:`causal_lm_loss`, :func:`loss_tokens` - HF's causal-LM loss and its
+  token count, for models that are not transformers models (see
+  :mod:`ferry.packing`).
 * :class:`ShardSet`, :func:`read_manifest` - the validated manifest and the
   mapped shards, for tools and tests.
 * :func:`to_hf_dataset` - one shard as a Hugging Face ``datasets.Dataset``
@@ -26,10 +31,12 @@ Public API:
 """
 
 from .dist import DistInfo, resolve as resolve_dist
-from .errors import FerryError, ManifestError, MissingManifestError, MissingShardError, ShardError, StateError
+from .errors import (FerryError, ManifestError, MissingManifestError, MissingShardError, PackingError, ShardError,
+                     StateError)
 from .hf import to_hf_dataset
 from .loader import DataLoader, Loader, to_device
 from .order import EpochOrder
+from .packing import causal_lm_loss, check_packing, loss_tokens
 from .serve_client import DaemonGone, ServeError, ServeLoader
 from .shards import Manifest, ShardFile, ShardSet, read_manifest
 
@@ -44,12 +51,16 @@ __all__ = [
     "ManifestError",
     "MissingManifestError",
     "MissingShardError",
+    "PackingError",
     "ShardError",
     "ShardFile",
     "ServeError",
     "ServeLoader",
     "ShardSet",
     "StateError",
+    "causal_lm_loss",
+    "check_packing",
+    "loss_tokens",
     "read_manifest",
     "resolve_dist",
     "to_device",

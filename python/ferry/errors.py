@@ -30,3 +30,10 @@ class MissingShardError(ShardError, FileNotFoundError):
 class StateError(FerryError, ValueError):
     """A loader state_dict cannot be applied to this loader (other data set,
     batch size, seed or shuffle policy)."""
+
+
+class PackingError(FerryError, RuntimeError):
+    """A model (with its attention implementation, transformers and torch
+    versions) would let the documents of a packed row attend to each other,
+    so :func:`ferry.check_packing` refuses it. The message says what to
+    change."""

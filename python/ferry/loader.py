@@ -9,13 +9,18 @@ Quick use (torchrun or Ray Train set the rank; see :mod:`ferry.dist`)::
             batch = ferry.to_device(batch, device)   # .to(device, non_blocking=True), ids -> int64 on the GPU
             loss = model(**batch).loss
 
-Batches are dicts of CPU tensors with the seeds' keys: ``input_ids``,
-``attention_mask``, ``labels`` (pad mode) or ``input_ids``, ``labels``,
-``position_ids`` (pack mode). ``input_ids``, ``labels`` and ``position_ids``
-are int32 *views of the mapped shard file*: nothing is copied on the host.
-``attention_mask`` (int32) is computed from the per-row ``length`` column: it
-is the only per-batch allocation (B x L; pass ``attention_mask=False`` to get
-the ``length`` column, a view, instead and build the mask on the GPU).
+Batches are dicts for ``model(**batch)``: ``input_ids``, ``attention_mask``,
+``labels`` (pad mode) or ``input_ids``, ``labels``, ``position_ids`` plus
+``cu_seq_lens_q/k``, ``max_length_q/k`` and ``use_cache=False`` (pack mode:
+the keys that keep the documents of a row apart on every attention
+implementation, see :mod:`ferry.packing`), and in both modes
+``num_items_in_batch`` (the step's loss-token count that makes HF's loss the
+global token mean). ``input_ids``, ``labels`` and ``position_ids`` are int32
+*views of the mapped shard file*: nothing is copied on the host.
+``attention_mask`` (int32) is computed from the per-row ``length`` column
+(B x L; pass ``attention_mask=False`` to get the ``length`` column, a view,
+instead and build the mask on the GPU); ``cu_seq_lens`` from
+``position_ids``.
 
 Copy policy, stated honestly:
 
@@ -52,6 +57,7 @@ at that epoch's beginning.
 """
 
 import functools
+import os
 import warnings
 
 import numpy as np
@@ -61,6 +67,7 @@ import torch.utils.data
 from . import dist
 from .errors import StateError
 from .order import EpochOrder
+from .packing import pack_kwargs
 from .shards import ShardSet
 
 STATE_FORMAT = "ferry-loader"
@@ -125,13 +132,25 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
         prefetch: at the start of each epoch, ask the kernel to read this
             rank's shard ahead (madvise WILLNEED, shards up to 1 GiB;
             default True).
+        grad_accum: micro-batches per optimizer step (default 1); sets the
+            step that ``num_items_in_batch`` counts. Step the optimizer
+            after every ``grad_accum`` batches, counted across epochs from
+            the first batch (or the resume point).
+        num_items_in_batch: put ``num_items_in_batch`` = (loss tokens of the
+            ``grad_accum`` micro-batches of all ranks) / (world_size *
+            grad_accum) in every batch: with ``(loss / grad_accum)
+            .backward()`` and DDP/FSDP's gradient averaging, HF's loss is then
+            the exact mean over the step's loss tokens (see
+            :mod:`ferry.packing`). None (default): when every shard is
+            readable here (a warning otherwise); True: required; False: off.
         serve: the socket of this node's ``ferry-serve`` (``True``: the
             default socket): returns a :class:`ferry.ServeLoader` (see
             above). None, False or "" (default): this direct loader.
     """
 
     def __init__(self, path, batch_size, *, rank=None, world_size=None, shuffle=True, seed=None,
-                 drop_last=False, verify="size", attention_mask=True, prefetch=True):
+                 drop_last=False, verify="size", attention_mask=True, prefetch=True, grad_accum=1,
+                 num_items_in_batch=None):
         super().__init__()
         self.shards = ShardSet(path, verify=verify)
         m = self.manifest = self.shards.manifest
@@ -168,6 +187,101 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
             # The common case: map (and check) our own shard now, so a bad
             # shard fails at construction, not at the first step.
             self.shards.shard(self.rank)
+        self._init_loss_tokens(grad_accum, num_items_in_batch, self.shards.directory,
+                               self.shards if verify == "size" else None)
+
+    # -- loss tokens (num_items_in_batch) ----------------------------------
+    def _init_loss_tokens(self, grad_accum, num_items_in_batch, directory, shards=None):
+        """Set up the per-step loss-token count from the shards in
+        ``directory`` (all of them must be readable here)."""
+        self.grad_accum = int(grad_accum)
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum = {grad_accum}, want >= 1")
+        if num_items_in_batch not in (None, True, False):
+            raise ValueError(f"num_items_in_batch = {num_items_in_batch!r}, want None (auto), True or False")
+        self._phase = 0              # micro-batches of the current accumulation window already yielded
+        self._window_start = None    # (epoch, consumed) of that window's first micro-batch when _phase > 0
+        self._window = (None, 0)     # ((epoch, consumed), loss tokens) of the last window counted
+        self._count_orders = {}
+        self._counter = None
+        if num_items_in_batch is False:
+            return
+        why = None
+        if directory is None or "://" in str(directory):
+            why = "no local copy of the data set directory (pass its path)"
+        else:
+            if shards is None:
+                shards = ShardSet(directory, verify="size")
+            files = shards.manifest.files
+            missing = [f["path"] for f in files if not os.path.exists(os.path.join(shards.directory, f["path"]))]
+            if missing:
+                why = f"{len(missing)} of {len(files)} shards are not in {directory} (e.g. {missing[0]})"
+        if why is None:
+            self._counter = shards
+            return
+        msg = (f"{self.manifest.path}: batches carry no num_items_in_batch, so HF's loss takes each micro-batch's "
+               f"own token mean: {why}; the step's token count needs every rank's rows")
+        if num_items_in_batch:
+            raise ValueError(msg)
+        warnings.warn(msg + " (num_items_in_batch=False silences this)", stacklevel=4)
+
+    def _order_of(self, epoch):
+        o = self._count_orders.get(epoch)
+        if o is None:
+            m = self.manifest
+            if len(self._count_orders) > 2:
+                self._count_orders.clear()
+            o = self._count_orders[epoch] = EpochOrder(m.ranks, m.rows_per_rank, self.batch_size, epoch, self.seed,
+                                                       self.shuffle, self.drop_last)
+        return o
+
+    def window_loss_tokens(self, epoch, consumed):
+        """Loss tokens of the accumulation window that starts at (epoch,
+        consumed blocks): ``grad_accum`` micro-batches of every rank, rolling
+        over into the next epoch(s) like iteration does."""
+        key = (epoch, consumed)
+        if self._window[0] == key:
+            return self._window[1]
+        W, e, c, n = self.world_size, epoch, consumed, 0
+        for _ in range(self.grad_accum):
+            o = self._order_of(e)
+            while o.steps(c, W) == 0:
+                e, c = e + 1, 0
+                o = self._order_of(e)
+            shards, rows, counts = o.blocks(c, W, 1)
+            for s, r, k in zip(shards, rows, counts):
+                n += self._counter.shard(s).loss_tokens(r, k)
+            c += W
+        self._window = (key, n)
+        return n
+
+    def _step_items(self, epoch, start, p0, ws0, u):
+        """num_items_in_batch of micro-batch u of an iteration that began at
+        (epoch, start) with phase p0 (window start ws0 when p0 > 0)."""
+        k = u - (p0 + u) % self.grad_accum
+        n = self.window_loss_tokens(*((epoch, start + k * self.world_size) if k >= 0 else ws0))
+        return torch.tensor(max(n, 1) / (self.world_size * self.grad_accum), dtype=torch.float32)
+
+    def _advance(self, epoch, start, p0, ws0, m):
+        """Position after m micro-batches of an iteration that began at
+        (epoch, start) with phase p0."""
+        W, A = self.world_size, self.grad_accum
+        self._consumed = start + m * W
+        self._phase = (p0 + m) % A
+        if self._phase == 0:
+            self._window_start = None
+        else:
+            k = (m - 1) - (p0 + m - 1) % A
+            self._window_start = (epoch, start + k * W) if k >= 0 else ws0
+
+    def _extras(self, batch, position_ids, epoch, start, p0, ws0, u):
+        """Add the pack-mode attention keys and num_items_in_batch."""
+        if self._pack:
+            batch.update(pack_kwargs(position_ids))
+            batch["use_cache"] = False
+        if self._counter is not None:
+            batch["num_items_in_batch"] = self._step_items(epoch, start, p0, ws0, u)
+        return batch
 
     # -- order -----------------------------------------------------------
     def _epoch_order(self, epoch):
@@ -228,6 +342,7 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
             self.shards.shard(w).prefetch()
         shards, rows, counts = o.blocks(start + wid * W + w, len(range(wid, n, nw)), nw * W)
         get, from_numpy, pack, mask = self.shards.shard, torch.from_numpy, self._pack, self.attention_mask
+        p0, ws0 = self._phase, self._window_start
         for j, u in enumerate(range(wid, n, nw)):
             ids, labels, third, view = get(shards[j]).view(rows[j], counts[j])
             if not view:
@@ -238,9 +353,10 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
                 batch = {"input_ids": from_numpy(ids), "attention_mask": self._mask(third), "labels": from_numpy(labels)}
             else:
                 batch = {"input_ids": from_numpy(ids), "length": from_numpy(third), "labels": from_numpy(labels)}
+            self._extras(batch, third, epoch, start, p0, ws0, u)
             # Advance before yielding: state_dict() taken while the caller
             # holds batch u resumes at batch u+1.
-            self._consumed = start + (u + 1) * W
+            self._advance(epoch, start, p0, ws0, u + 1)
             yield batch
 
     def _mask(self, length):
@@ -265,6 +381,11 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
             "epoch": self._epoch,
             "consumed_blocks": self._consumed,
             "world_size": self.world_size,
+            # Gradient accumulation: micro-batches of the current optimizer
+            # step already yielded, and where that step began.
+            "grad_accum": self.grad_accum,
+            "accum_phase": self._phase,
+            "accum_window": None if self._window_start is None else list(self._window_start),
         }
 
     def load_state_dict(self, state):
@@ -285,7 +406,24 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
         epoch, consumed = state.get("epoch"), state.get("consumed_blocks")
         if not (isinstance(epoch, int) and epoch >= 0 and isinstance(consumed, int) and consumed >= 0):
             raise StateError(f"loader state has epoch={epoch!r}, consumed_blocks={consumed!r}")
+        phase, window = state.get("accum_phase", 0), state.get("accum_window")
+        if phase:
+            # Saved in the middle of an optimizer step: the rest of the step
+            # must be the same micro-batches, so nothing may change.
+            if not (isinstance(phase, int) and isinstance(window, (list, tuple)) and len(window) == 2
+                    and all(isinstance(x, int) and x >= 0 for x in window)):
+                raise StateError(f"loader state has accum_phase={phase!r}, accum_window={window!r}")
+            for k, mine_v in (("grad_accum", self.grad_accum), ("world_size", self.world_size)):
+                if state.get(k) != mine_v:
+                    raise StateError(
+                        f"{self.manifest.path}: loader state was saved after {phase} of the {state.get('grad_accum')} "
+                        f"micro-batches of an optimizer step with {k} = {state.get(k)!r}; this loader has "
+                        f"{mine_v!r}: resume with the same {k}, or save at optimizer-step boundaries"
+                    )
+            if not 0 < phase < self.grad_accum:
+                raise StateError(f"loader state has accum_phase={phase!r}, want 0..{self.grad_accum - 1}")
         self._epoch, self._consumed = epoch, consumed
+        self._phase, self._window_start = (phase, tuple(window)) if phase else (0, None)
 
     def close(self):
         """Unmap the shards (tensors already yielded stay valid)."""
@@ -319,9 +457,9 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         ds = self.dataset
         ds._begin()
-        start, W = ds._consumed, ds.world_size
+        epoch, start, p0, ws0 = ds._epoch, ds._consumed, ds._phase, ds._window_start
         for n, batch in enumerate(super().__iter__(), 1):
-            ds._consumed = start + n * W
+            ds._advance(epoch, start, p0, ws0, n)
             yield batch
 
     def state_dict(self):
@@ -332,22 +470,31 @@ class DataLoader(torch.utils.data.DataLoader):
 
 
 INT_KEYS = ("input_ids", "labels", "position_ids")
+FIRST_KEYS = ("input_ids", "attention_mask", "labels", "position_ids")
 
 
 def to_device(batch, device, non_blocking=True):
     """Move a batch to ``device`` and cast ids/labels/position_ids to int64
     there (int32 on the wire halves the transfer; losses want int64).
 
-    In pad mode with ``attention_mask=False`` the ``length`` column is turned
-    into ``attention_mask`` on the device."""
-    out = {}
+    ``cu_seq_lens_q/k`` stay int32 (what flash-attention kernels take) and
+    are moved once (they are the same tensor); plain values (``max_length_q``,
+    ``use_cache``) pass through. In pad mode with ``attention_mask=False``
+    the ``length`` column is turned into ``attention_mask`` on the device.
+    Keys come out as ``input_ids``, ``attention_mask``, ``labels``,
+    ``position_ids`` (those present), then the rest in batch order."""
+    out, moved = {}, {}
     for k, v in batch.items():
-        v = v.to(device, non_blocking=non_blocking)
-        if k in INT_KEYS:
-            v = v.long()
+        if isinstance(v, torch.Tensor):
+            t = moved.get(id(v))
+            if t is None:
+                t = moved[id(v)] = v.to(device, non_blocking=non_blocking)
+            v = t.long() if k in INT_KEYS else t
         out[k] = v
     if "length" in out:
         n = out.pop("length")
         L = out["input_ids"].shape[1]
         out["attention_mask"] = (torch.arange(L, device=n.device) < n.unsqueeze(1)).long()
-    return {k: out[k] for k in ("input_ids", "attention_mask", "labels", "position_ids") if k in out}
+    first = {k: out.pop(k) for k in FIRST_KEYS if k in out}
+    first.update(out)
+    return first

@@ -531,6 +531,13 @@ class ServeLoader(Loader):
             /tmp/ferry-serve.sock).
         batch_size, rank, world_size, shuffle, seed, drop_last,
         attention_mask: as for :class:`ferry.Loader`.
+        grad_accum, num_items_in_batch: as for :class:`ferry.Loader`; the
+            loss tokens are counted from the shards in ``data_dir``.
+        data_dir: a local copy of the data set's dataprep directory
+            (``Loader(path, serve=...)`` passes ``path``): checked against
+            the daemon's data set (manifest fingerprint) and read to count
+            every rank's loss tokens for ``num_items_in_batch``. Without it
+            batches carry no ``num_items_in_batch`` (a warning says so).
         slots: ring slots per process (default 8: up to 7 batches prepared
             ahead while you hold one).
         timeout: seconds to wait for the daemon to answer (default 60; a dead
@@ -538,7 +545,8 @@ class ServeLoader(Loader):
     """
 
     def __init__(self, socket=None, batch_size=None, *, rank=None, world_size=None, shuffle=True, seed=None,
-                 drop_last=False, attention_mask=True, slots=8, timeout=60.0, plan_chunk=1024):
+                 drop_last=False, attention_mask=True, grad_accum=1, num_items_in_batch=None, data_dir=None,
+                 slots=8, timeout=60.0, plan_chunk=1024):
         torch.utils.data.IterableDataset.__init__(self)
         if batch_size is None:
             raise TypeError("ServeLoader needs batch_size")
@@ -576,6 +584,22 @@ class ServeLoader(Loader):
         if self.world_size == m.ranks and self.rank not in m.served_ranks:
             raise ServeError(f"{self.socket_path}: rank {self.rank}'s shard is not served by this daemon (it serves "
                              f"{m.served_ranks}); start it with --ranks covering this node's ranks", CODE_NOT_SERVED)
+        self._pack = m.mode == "pack"
+        local = None
+        if data_dir is not None and os.path.isfile(os.path.join(os.fspath(data_dir), "manifest.json")):
+            try:
+                mine = read_manifest(data_dir)
+                if mine.fingerprint() != m.fingerprint():
+                    raise ServeError(
+                        f"{data_dir}: ferry-serve at {self.socket_path} serves another data set (manifest "
+                        f"fingerprint {m.fingerprint()}, this directory has {mine.fingerprint()}): "
+                        "start the daemon with --data on this directory", CODE_NOT_SERVED
+                    )
+                local = os.fspath(data_dir)
+            except BaseException:
+                self.close()
+                raise
+        self._init_loss_tokens(grad_accum, num_items_in_batch, local)
 
     @classmethod
     def from_loader_args(cls, serve, path, batch_size, *, verify="size", prefetch=True, **kwargs):
@@ -591,20 +615,8 @@ class ServeLoader(Loader):
             raise ValueError("verify='sha256' with serve=: the daemon maps the shards, so it checks them; "
                              "start it with `ferry-serve --verify`")
         sock = None if serve is True else os.fspath(serve)
-        loader = cls(sock, batch_size, **kwargs)
+        loader = cls(sock, batch_size, data_dir=path, **kwargs)
         loader.path = None if path is None else os.fspath(path)
-        if loader.path is not None and os.path.isfile(os.path.join(loader.path, "manifest.json")):
-            try:
-                mine = read_manifest(loader.path)
-                if mine.fingerprint() != loader.manifest.fingerprint():
-                    raise ServeError(
-                        f"{loader.path}: ferry-serve at {loader.socket_path} serves another data set (manifest "
-                        f"fingerprint {loader.manifest.fingerprint()}, this directory has {mine.fingerprint()}): "
-                        "start the daemon with --data on this directory", CODE_NOT_SERVED
-                    )
-            except BaseException:
-                loader.close()
-                raise
         return loader
 
     def _connect(self, worker):
@@ -662,12 +674,14 @@ class ServeLoader(Loader):
             planned += len(part)
 
         plan_more()
+        p0, ws0 = self._phase, self._window_start
         for k, u in enumerate(us):
             if planned < len(us) and planned - k < chunk // 2:
                 plan_more()
             slot, rows = conn.wait()
             batch = conn.batch(slot, rows, self.attention_mask, copy)
-            self._consumed = start + (u + 1) * W
+            self._extras(batch, batch.get("position_ids"), epoch, start, p0, ws0, u)
+            self._advance(epoch, start, p0, ws0, u + 1)
             yield batch
             # The caller asked for the next batch: the one just yielded is
             # released and its slot can be refilled.

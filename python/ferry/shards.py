@@ -275,6 +275,7 @@ class ShardFile:
         self.entry = entry
         self._L = manifest.seq_len
         self._mode = manifest.mode
+        self._labels = manifest.labels
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
@@ -314,6 +315,7 @@ class ShardFile:
         self._batches = entry["batches"]
         self._starts = [b["row_start"] for b in self._batches]
         self._cols = [None] * len(self._batches)
+        self._tokens = [None] * len(self._batches)
         # dataprep writes record batches of batch_rows rows (the last one may
         # be shorter): then row -> record batch is a division.
         br = manifest.batch_rows
@@ -388,6 +390,41 @@ class ShardFile:
         c, _ = self.span(row, rows)
         return c["input_ids"], c["labels"], c[third], False
 
+    def loss_tokens(self, row, rows):
+        """Tokens that carry loss in shard rows [row, row+rows): per row,
+        ``labels[1:] != -100`` (HF's causal-LM loss shifts by one). Counted
+        once per record batch, on first use, and kept as prefix sums. With
+        the mask-pad and copy label policies the count follows from the
+        small ``length`` and segment-offset columns (every example's first
+        label is -100, and so are the pads under mask-pad), so the labels
+        are not read; mask-prompt reads them."""
+        total = 0
+        while rows > 0:
+            k, i = self.locate(row)
+            n = self._batches[k]["rows"]
+            take = min(rows, n - i)
+            c = self._tokens[k]
+            if c is None:
+                c = self._tokens[k] = self._count_tokens(k)
+            total += int(c[i + take] - c[i])
+            row += take
+            rows -= take
+        return total
+
+    def _count_tokens(self, k):
+        b = self._batches[k]
+        n = b["rows"]
+        cols = self.batch_columns(k)
+        if self._labels in ("mask-pad", "copy"):
+            offs = self._arr(b["buffers"]["segments.offsets"], np.int32, n + 1).astype(np.int64)
+            base = cols["length"].astype(np.int64) if self._labels == "mask-pad" else self._L
+            per = np.maximum(base - (offs[1:] - offs[:-1]), 0)
+        else:
+            per = np.count_nonzero(cols["labels"][:, 1:] != -100, axis=1)
+        c = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(per, out=c[1:])
+        return c
+
     def prefetch(self, max_bytes=1 << 30):
         """Ask the kernel to read the whole shard ahead (one madvise(WILLNEED),
         asynchronous), when it is at most ``max_bytes``. Returns whether it did."""
@@ -432,6 +469,7 @@ class ShardFile:
         """Unmap unless arrays made from the mapping are still alive (then
         the mapping lives on until they are gone)."""
         self._cols = [None] * len(self._batches)
+        self._tokens = [None] * len(self._batches)
         self._u8 = None
         try:
             self._mm.close()
