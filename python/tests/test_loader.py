@@ -56,7 +56,8 @@ def test_zero_copy_views_of_the_mapping(make_shards, mode):
     for (shard, row, rows), b in zip(sched, got):
         assert shard == 1
         want_keys = ["input_ids", "attention_mask", "labels"] if mode == "pad" else ["input_ids", "labels", "position_ids"]
-        assert list(b) == want_keys
+        extra = ["cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "use_cache"] * (mode == "pack")
+        assert list(b) == want_keys + extra + ["num_items_in_batch"]
         for col in want_keys:
             if col == "attention_mask":
                 continue
@@ -200,9 +201,15 @@ def test_resume_on_a_different_world_size(make_shards, w1, w2, drop_last):
 
 def test_world_size_equal_to_ranks_maps_only_own_shard(make_shards):
     d = make_shards(ranks=4, rows=64, seq_len=8)
-    ld = ferry.Loader(d, 2, rank=2, world_size=4)
+    ld = ferry.Loader(d, 2, rank=2, world_size=4, num_items_in_batch=False)
     list(ld)
     assert [f is not None for f in ld.shards._files] == [False, False, True, False]
+    # num_items_in_batch (the default) counts every rank's loss tokens: the
+    # other shards are mapped too, and only their small length and segment
+    # columns are read (mask-pad labels).
+    ld = ferry.Loader(d, 2, rank=2, world_size=4)
+    list(ld)
+    assert all(f is not None for f in ld.shards._files)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -248,9 +255,9 @@ def test_to_device_casts_ids(make_shards):
     assert out["input_ids"].dtype == torch.int64 and out["labels"].dtype == torch.int64
     assert torch.equal(out["input_ids"], b["input_ids"].long())
     lb = next(iter(ferry.Loader(d, 4, rank=0, world_size=1, attention_mask=False)))
-    assert list(lb) == ["input_ids", "length", "labels"]
+    assert list(lb) == ["input_ids", "length", "labels", "num_items_in_batch"]
     out2 = ferry.to_device(lb, "cpu")
-    assert list(out2) == ["input_ids", "attention_mask", "labels"]
+    assert list(out2) == ["input_ids", "attention_mask", "labels", "num_items_in_batch"]
     assert torch.equal(out2["attention_mask"], b["attention_mask"].long())
 
 

@@ -68,7 +68,15 @@ def dev_shm():
 def same_batches(a, b, where=""):
     assert list(a) == list(b), where
     for k in a:
-        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), f"{where} {k}"
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), f"{where} {k}"
+        else:
+            assert type(a[k]) is type(b[k]) and a[k] == b[k], f"{where} {k}"
+
+
+def kept(batch):
+    """A batch that outlives its ring slot (tensors cloned)."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 # -- protocol golden ------------------------------------------------------------------------
@@ -155,12 +163,12 @@ def test_same_batches_as_direct_loader(make_shards, daemon, mode, world, kw):
     d = daemon(data)
     for rank in range(world):
         direct = ferry.Loader(data, 4, rank=rank, world_size=world, **kw)
-        served = ServeLoader(d.sock, 4, rank=rank, world_size=world, **kw)
+        served = ServeLoader(d.sock, 4, rank=rank, world_size=world, data_dir=data, **kw)
         assert len(served) == len(direct)
         for epoch in (0, 1):
             direct.set_epoch(epoch)
             served.set_epoch(epoch)
-            want = [{k: v.clone() for k, v in b.items()} for b in direct]
+            want = [kept(b) for b in direct]
             n = 0
             for a, b in zip(want, served):
                 same_batches(a, b, f"rank {rank} epoch {epoch} batch {n}")
@@ -176,7 +184,7 @@ def test_held_batch_is_not_overwritten(make_shards, daemon):
     data = make_shards(2, 200, seq_len=32)
     d = daemon(data)
     direct = ferry.Loader(data, 4, rank=0, world_size=2)
-    served = ServeLoader(d.sock, 4, rank=0, world_size=2, slots=2)
+    served = ServeLoader(d.sock, 4, rank=0, world_size=2, slots=2, data_dir=data)
     n = 0
     for a, b in zip(direct, served):
         time.sleep(0.002)  # give the daemon every chance to run ahead
@@ -251,7 +259,7 @@ def test_eight_local_ranks_at_once(make_shards, daemon):
     eight threads here to spare eight torch imports) iterate concurrently."""
     data = make_shards(8, 8 * 40, seq_len=64, extra=("-batch-rows", "16"))
     d = daemon(data)
-    served = [ServeLoader(d.sock, 4, rank=r, world_size=8) for r in range(8)]
+    served = [ServeLoader(d.sock, 4, rank=r, world_size=8, data_dir=data) for r in range(8)]
     for s in served:
         s.connection  # connect all eight before anyone starts
     memfd_maps, shm_maps = ring_maps(d.pid)
@@ -424,19 +432,25 @@ def test_loader_serve_argument(make_shards, daemon, monkeypatch):
         direct.set_epoch(epoch)
         served.set_epoch(epoch)
         n = 0
-        for a, b in zip([{k: v.clone() for k, v in b.items()} for b in direct], served):
+        for a, b in zip([kept(b) for b in direct], served):
             same_batches(a, b, f"epoch {epoch} batch {n}")
             n += 1
         assert n == len(direct) and served.state_dict() == direct.state_dict()
     served.close()
 
-    # serve=True: the socket from $FERRY_SERVE_SOCKET; path may be None.
+    # serve=True: the socket from $FERRY_SERVE_SOCKET; path may be None:
+    # then the loss tokens of the other ranks cannot be counted here.
     monkeypatch.setenv("FERRY_SERVE_SOCKET", d.sock)
-    served = ferry.Loader(None, 4, serve=True, **kw)
+    with pytest.warns(UserWarning, match="no num_items_in_batch.*no local copy of the data set directory"):
+        served = ferry.Loader(None, 4, serve=True, **kw)
     assert served.socket_path == d.sock and served.path is None
     b = next(iter(served))
-    same_batches(b, next(iter(direct)))
+    want = next(iter(direct))
+    assert want.pop("num_items_in_batch") is not None
+    same_batches(b, want)
     served.close()
+    with pytest.raises(ValueError, match="no local copy"):
+        ferry.Loader(None, 4, serve=True, num_items_in_batch=True, **kw)
     # serve=None, False or "" (an unset config value): the direct loader.
     for off in (None, False, ""):
         assert type(ferry.Loader(data, 4, serve=off, **kw)) is ferry.Loader
