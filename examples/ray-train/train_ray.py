@@ -65,7 +65,8 @@ class TinyLM(torch.nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
 
-    def forward(self, input_ids, attention_mask=None, labels=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, labels=None, position_ids=None, num_items_in_batch=None,
+                **kwargs):
         # Token ids are folded into the (small) vocabulary, so the model runs
         # on CPU with any tokenizer; fine for a test model, not for real use.
         V = self.head.out_features
@@ -82,8 +83,8 @@ class TinyLM(torch.nn.Module):
         logits = self.head(self.norm(h))
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                                   ignore_index=-100)
+            # HF's causal-LM loss; num_items_in_batch makes it the step's token mean.
+            loss = ferry.causal_lm_loss(logits, labels, num_items_in_batch)
         return types.SimpleNamespace(loss=loss, logits=logits)
 
 
@@ -111,6 +112,47 @@ def report(metrics, checkpoint_dir=None):
         print(json.dumps(metrics), flush=True)
 
 
+def clip_grad_norm(model, max_norm):
+    """Clip by the global gradient norm and return it. Under FSDP1 every rank
+    holds only its shard of the gradients, so torch.nn.utils.clip_grad_norm_
+    would clip each rank by the norm of its own shard; FSDP's own method
+    all-reduces the norm first. DDP (full gradients on every rank) and FSDP2
+    (DTensor gradients, whose norm torch reduces over the mesh) go through
+    torch.nn.utils.clip_grad_norm_."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if isinstance(model, FSDP):
+        return model.clip_grad_norm_(max_norm)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def tokenizer_sha256(tokenizer_dir):
+    """sha256 of tokenizer.json, as dataprep records it in manifest.json."""
+    import hashlib
+
+    path = tokenizer_dir if tokenizer_dir.endswith(".json") else os.path.join(tokenizer_dir, "tokenizer.json")
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):
+    """What in an existing dataprep output differs from what this job asks
+    for (tokenizer, seq_len, labels); [] when it fits. (Another shard count
+    is fine: ferry.Loader re-splits the same global order.)"""
+    m = ferry.read_manifest(data_dir)
+    bad = []
+    if tokenizer_dir is not None:
+        want = tokenizer_sha256(tokenizer_dir)
+        have = (m.tokenizer or {}).get("sha256")
+        if have != want:
+            bad.append(f"tokenizer sha256 {str(have)[:12]}... != {want[:12]}... ({tokenizer_dir})")
+    if seq_len is not None and m.seq_len != seq_len:
+        bad.append(f"seq_len {m.seq_len} != {seq_len}")
+    if labels is not None and m.labels != labels:
+        bad.append(f"labels {m.labels} != {labels}")
+    return bad
+
+
 def build_model(config, device):
     """(model, is_fsdp)."""
     if config["cpu"]:
@@ -122,6 +164,8 @@ def build_model(config, device):
 
     model = AutoModelForCausalLM.from_pretrained(MODEL_NAME, torch_dtype=torch.bfloat16)
     model.config.use_cache = False
+    if ferry.read_manifest(config["data_dir"]).mode == "pack":
+        print(ferry.check_packing(model), flush=True)  # refuses a model that would mix packed examples
     # FSDP instead of the seed's DDP, so the checkpoint is sharded.
     model = prepare_model(model, parallel_strategy="fsdp",
                           parallel_strategy_kwargs={"use_orig_params": True})
@@ -145,6 +189,24 @@ def save_checkpoint(config, model, optimizer, loader, step):
     return path
 
 
+def resume(model, optimizer, loader, rank):
+    """After a worker failure Ray Train restarts train_func (FailureConfig);
+    ray.train.get_checkpoint() is then the last reported checkpoint: model,
+    optimizer and the loader's position. Returns the step reached (0: fresh)."""
+    rt = _ray_train()
+    ckpt = rt.get_checkpoint() if rt is not None else None
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as path:
+        with open(os.path.join(path, "ferry-train-state.json")) as f:
+            state = json.load(f)
+        ferry.dcp.load_train_state(path, model, optimizer)
+    loader.load_state_dict(state["loader"])
+    if rank == 0:
+        print(f"resumed from {path} at step {state['step']}", flush=True)
+    return int(state["step"])
+
+
 def train_func(config: dict):
     """Runs on every Ray Train worker (one per GPU), or under torchrun with --worker."""
     rt = _ray_train()
@@ -165,38 +227,44 @@ def train_func(config: dict):
     # With config["serve"] the batches come from the node's ferry-serve.
     loader = ferry.Loader(config["data_dir"], config["batch_size"], drop_last=True, seed=config.get("seed", 0),
                           serve=config.get("serve"))
+    labels = loader.manifest.labels  # the objective: "copy" trains on the pads, as the seed did
     if rank == 0:
         feed = f"ferry-serve at {config['serve']}" if config.get("serve") else "direct (mapped shards)"
-        print(f"ferry feed: {type(loader).__name__}, {feed}, {loader.steps_per_epoch} batches per worker per epoch",
-              flush=True)
+        print(f"ferry feed: {type(loader).__name__}, {feed}, {loader.steps_per_epoch} batches per worker per epoch, "
+              f"labels={labels}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"])
+    step = resume(model, optimizer, loader, rank)
 
     use_mlflow = rank == 0 and bool(os.environ.get("MLFLOW_RUN_ID"))
     if use_mlflow:
         import mlflow
 
         mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID"))
-        mlflow.log_params({"model": MODEL_NAME, "lr": config["lr"], "batch_size": config["batch_size"]})
+        mlflow.log_params({"model": MODEL_NAME, "lr": config["lr"], "batch_size": config["batch_size"],
+                           "labels": labels})
 
     model.train()
-    step = 0
+    loss = None
     while step < config["max_steps"]:
         for batch in loader:
             batch = ferry.to_device(batch, device)  # ids/labels -> int64 on the device
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            out = model(**batch)  # pack mode's keys and num_items_in_batch (the step's token mean) included
             out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            clip_grad_norm(model, 1.0)
             optimizer.step()
             optimizer.zero_grad()
             step += 1
             loss = out.loss.detach()
             dist.all_reduce(loss)
             loss = loss.item() / dist.get_world_size()
-            if step >= config["max_steps"]:
-                break
-            report({"loss": loss, "step": step})
             if use_mlflow:
                 mlflow.log_metric("train_loss", loss, step=step)
+            if step >= config["max_steps"]:
+                break  # the last step is reported with the checkpoint
+            ckpt = None
+            if config.get("save_every") and step % config["save_every"] == 0:
+                ckpt = save_checkpoint(config, model, optimizer, loader, step)  # a restart resumes here
+            report({"loss": loss, "step": step}, checkpoint_dir=ckpt)
 
     path = save_checkpoint(config, model, optimizer, loader, step)
     loader.close()
@@ -206,12 +274,24 @@ def train_func(config: dict):
 
 
 def run_dataprep(args, ranks):
-    """Tokenize once, before training (skipped when the output is complete)."""
+    """Tokenize once, before training. A complete output made with the same
+    tokenizer, seq_len and labels is reused; one made otherwise is refused
+    (or, with --rebuild-data, made again)."""
+    force = False
     if os.path.exists(os.path.join(args.data_dir, "manifest.json")):
-        print(f"dataprep: {args.data_dir} is complete; not re-run", flush=True)
-        return
+        bad = data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels)
+        if not bad:
+            print(f"dataprep: {args.data_dir} is complete and matches; not re-run", flush=True)
+            return
+        if not args.rebuild_data:
+            raise SystemExit(f"dataprep: {args.data_dir} was made for other data: {'; '.join(bad)}. "
+                             "Pass another --data-dir, or --rebuild-data to replace it.")
+        print(f"dataprep: {args.data_dir} is stale ({'; '.join(bad)}): rebuilding", flush=True)
+        force = True
+    if not args.input:
+        raise SystemExit("dataprep: --input is empty (did the dataset download fail?)")
     cmd = [args.dataprep, "--input", args.input, "--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len),
-           "--ranks", str(ranks), "--out", args.data_dir]
+           "--labels", args.labels, "--ranks", str(ranks), "--out", args.data_dir] + (["--force"] if force else [])
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -239,22 +319,48 @@ def start_ferry_serve(args):
             time.sleep(0.1)
 
 
+def write_hf_meta(src, dst):
+    """config.json, generation_config.json and the tokenizer files for
+    ``ckptmerge --config-from``, the tokenizer with pad = eos as the seed sets
+    it, so that the output loads like the seed's save_pretrained(output_dir)."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    os.makedirs(dst, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(src)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.save_pretrained(dst)
+    cfg = AutoConfig.from_pretrained(src)
+    cfg.save_pretrained(dst)
+    try:
+        gen = GenerationConfig.from_pretrained(src)
+    except OSError:  # the repo has none: the one from_pretrained would derive
+        gen = GenerationConfig.from_model_config(cfg)
+    gen.save_pretrained(dst)
+    return dst
+
+
 def run_ckptmerge(args):
     with open(os.path.join(args.checkpoint_dir, "latest.json")) as f:
         last = json.load(f)["checkpoint"]
     cmd = [args.ckptmerge, "--force"]  # a retried job replaces its own output
     if args.config_from:
-        cmd += ["--config-from", args.config_from]
+        cmd += ["--config-from", write_hf_meta(args.config_from, os.path.join(args.checkpoint_dir, "hf-meta"))]
     cmd += [os.path.join(args.checkpoint_dir, last), args.output_dir]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
 
-def parse_args():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--input", default="/tmp/ferry-ds/alpaca.parquet", help="Alpaca json/jsonl/parquet (or s3://)")
     ap.add_argument("--tokenizer", default="/tmp/ferry-tok", help="directory with tokenizer.json")
     ap.add_argument("--seq-len", type=int, default=MAX_SEQ_LEN)
+    ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default="mask-pad",
+                    help="dataprep's training objective: mask-pad (default) puts no loss on the padding; "
+                         "copy = the seed's labels = input_ids, pads included (seed parity)")
+    ap.add_argument("--rebuild-data", action="store_true",
+                    help="replace a --data-dir made with another tokenizer, seq_len or labels (default: refuse)")
     ap.add_argument("--data-dir", default="/local_disk0/ferry-data")
     ap.add_argument("--checkpoint-dir", default="/local_disk0/ferry-dcp", help="shared by all workers")
     ap.add_argument("--output-dir", default="/Volumes/main/default/air_checkpoints/qwen25-3b-sft")
@@ -268,19 +374,41 @@ def parse_args():
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--max-steps", type=int, default=100)
+    ap.add_argument("--save-every", type=int, default=50,
+                    help="checkpoint (and report to Ray) every N steps, the resume point after a worker failure")
+    ap.add_argument("--max-failures", type=int, default=1,
+                    help="Ray Train FailureConfig: restarts of the workers, from the last checkpoint")
+    ap.add_argument("--storage-path", default="/tmp/ray_results", help="RunConfig storage (shared on several nodes)")
     ap.add_argument("--num-workers", type=int, default=0, help="default: every GPU of the Ray cluster")
-    ap.add_argument("--cpu", action="store_true", help="tiny model, gloo, DDP (tests)")
+    ap.add_argument("--cpu", action="store_true", help="tiny model, gloo, DDP (tests); never chosen by itself")
     ap.add_argument("--vocab-size", type=int, default=8192, help="tiny model vocabulary (ids are folded into it)")
     ap.add_argument("--worker", action="store_true",
                     help="run train_func directly (under torchrun), without Ray; dataprep/ckptmerge not run")
-    return ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.worker and not args.cpu and not torch.cuda.is_available():
+        ap.error("CUDA is not available on this machine: check the GPU driver, or pass --cpu for the "
+                 "CPU test mode (a tiny model, not the real one)")
+    return args
+
+
+def gpu_workers(args, cluster_resources):
+    """Ray Train workers: --num-workers, else one per GPU of the cluster.
+    No GPU without --cpu is an error, not a silent CPU run."""
+    gpus = int(cluster_resources.get("GPU", 0))
+    if not args.cpu and gpus == 0:
+        raise SystemExit("the Ray cluster has no GPU (check the nodes' drivers and `ray start --num-gpus`); "
+                         "pass --cpu for the CPU test mode")
+    workers = args.num_workers or gpus
+    if workers < 1:
+        raise SystemExit("no workers: pass --num-workers with --cpu")
+    return workers
 
 
 def main():
     args = parse_args()
     config = {"lr": args.lr if not args.cpu else max(args.lr, 1e-2), "batch_size": args.batch_size,
               "max_steps": args.max_steps, "data_dir": args.data_dir, "checkpoint_dir": args.checkpoint_dir,
-              "cpu": args.cpu, "vocab_size": args.vocab_size, "serve": args.serve}
+              "cpu": args.cpu, "vocab_size": args.vocab_size, "serve": args.serve, "save_every": args.save_every}
     if args.worker:
         train_func(config)
         dist.barrier()
@@ -288,11 +416,11 @@ def main():
         return
 
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     ray.init(address="auto")
-    workers = args.num_workers or int(ray.cluster_resources().get("GPU", 0))
+    workers = gpu_workers(args, ray.cluster_resources())
     print(f"Ray cluster ready: {workers} worker(s)", flush=True)
     t0 = time.time()
     run_dataprep(args, workers)  # one shard per worker
@@ -304,7 +432,8 @@ def main():
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=not args.cpu),
         torch_config=TorchConfig(backend="gloo" if args.cpu else "nccl"),
-        run_config=RunConfig(storage_path="/tmp/ray_results", name="qwen-sft"),
+        run_config=RunConfig(storage_path=args.storage_path, name="qwen-sft",
+                             failure_config=FailureConfig(max_failures=args.max_failures)),
     )
     try:
         result = trainer.fit()

@@ -19,9 +19,9 @@ three changes:
 3. After training, ``ckptmerge`` turns the last checkpoint into Hugging Face
    safetensors on the volume (train.yaml).
 
-Runs on CPU too, for tests and laptops: ``--tiny`` (the default when CUDA is
-absent) trains a tiny causal LM defined below, with gloo and DDP (torch
-1.13's FSDP needs CUDA), and still saves a DCP checkpoint.
+Runs on CPU too, for tests and laptops: ``--tiny`` (never chosen by itself:
+without CUDA and without ``--tiny`` the script stops) trains a tiny causal LM
+defined below, with gloo and DDP, and still saves a DCP checkpoint.
 
 Hyperparameters come from the YAML block ``air`` materializes
 (HYPERPARAMETERS_PATH); command-line flags override them.
@@ -59,7 +59,7 @@ def load_params() -> dict:
     return {}
 
 
-def parse_args():
+def parse_args(argv=None):
     p = load_params()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-name", default=p.get("model_name", "meta-llama/Llama-3.1-8B"))
@@ -79,15 +79,29 @@ def parse_args():
     ap.add_argument("--save-every", type=int, default=int(p.get("save_every", 0)),
                     help="also checkpoint every N optimizer steps (0: only at the end)")
     ap.add_argument("--seed", type=int, default=int(p.get("seed", 0)))
-    ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
-    ap.add_argument("--tiny", action="store_true", default=bool(p.get("tiny", False)) or not torch.cuda.is_available(),
-                    help="CPU mode: tiny model, gloo, DDP (default when there is no CUDA)")
+    ap.add_argument("--resume", action="store_true", default=bool(p.get("resume", False)),
+                    help="continue from CHECKPOINT_DIR/latest.json (a retry of the same run, same FERRY_RUN_ID or "
+                         "MLFLOW_RUN_ID, resumes without it); a new job stops on an old run's checkpoint without it")
+    ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default=p.get("labels"),
+                    help="the objective DATA_DIR must have been made with (dataprep --labels); copy = the seed's "
+                         "labels = input_ids, pads included")
+    ap.add_argument("--max-seq-len", type=int, default=p.get("max_seq_len"),
+                    help="the seq_len DATA_DIR must have been made with")
+    ap.add_argument("--tokenizer-dir", default=p.get("tokenizer_dir"),
+                    help="tokenizer.json DATA_DIR must have been made with (checked by sha256)")
+    ap.add_argument("--check-data", action="store_true",
+                    help="only check DATA_DIR against --tokenizer-dir, --max-seq-len and --labels, then exit")
+    ap.add_argument("--tiny", action="store_true", default=bool(p.get("tiny", False)),
+                    help="CPU mode: tiny model, gloo, DDP (tests; never chosen by itself)")
     ap.add_argument("--vocab-size", type=int, default=int(p.get("vocab_size", 8192)),
                     help="tiny model vocabulary (ids are folded into it)")
     ap.add_argument("--metrics-file", default=p.get("metrics_file"), help="rank 0 appends one JSON line per step")
     ap.add_argument("--save-reference", default=None,
                     help="tests: rank 0 torch.saves the final full model state here")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if not a.tiny and not a.check_data and not torch.cuda.is_available():
+        ap.error("CUDA is not available on this machine: check the GPU driver, or pass --tiny for the CPU "
+                 "test mode (a tiny model, not the real one)")
     if a.checkpoint_dir is None:
         a.checkpoint_dir = os.path.join(a.output_dir, "dcp")
     return a
@@ -107,9 +121,12 @@ class TinyLM(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
 
-    def forward(self, input_ids, attention_mask=None, labels=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, labels=None, position_ids=None, num_items_in_batch=None,
+                **kwargs):
         # Token ids are folded into the (small) vocabulary, so the model runs
         # on CPU with any tokenizer; fine for a test model, not for real use.
+        # (Pack mode's other keys, cu_seq_lens_q etc., are ignored: this
+        # stand-in does not keep packed examples apart.)
         V = self.head.out_features
         input_ids = input_ids % V
         if labels is not None:
@@ -124,8 +141,9 @@ class TinyLM(nn.Module):
         logits = self.head(self.norm(h))
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                                   ignore_index=-100)
+            # HF's causal-LM loss: with ferry's num_items_in_batch, the mean
+            # over all loss tokens of the optimizer step (all ranks).
+            loss = ferry.causal_lm_loss(logits, labels, num_items_in_batch)
         return types.SimpleNamespace(loss=loss, logits=logits)
 
 
@@ -144,12 +162,15 @@ def build_model(args, local_rank, device):
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_name)
     kwargs = {}
-    if ferry.read_manifest(args.data_dir).mode == "pack":
-        # Packed rows: position_ids restart at every example, and only the
-        # flash-attention-2 path uses them to keep examples apart (as with
-        # HF's DataCollatorWithFlattening); needs the flash-attn package.
+    pack = ferry.read_manifest(args.data_dir).mode == "pack"
+    if pack:
+        # Packed rows: ferry's batches keep the examples apart on every
+        # attention implementation (ferry.check_packing below says so or
+        # refuses); flash-attention-2 is the fastest (needs flash-attn).
         kwargs["attn_implementation"] = "flash_attention_2"
     model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16, **kwargs)
+    if pack:
+        print(ferry.check_packing(model), flush=True)
     model.config.use_cache = False  # incompatible with gradient checkpointing / FSDP training
     model.gradient_checkpointing_enable()
     # Shard each transformer block independently so no single GPU holds the full model.
@@ -167,6 +188,61 @@ def build_model(args, local_rank, device):
         use_orig_params=True,
     )
     return model, True, tokenizer
+
+
+def tokenizer_sha256(tokenizer_dir):
+    """sha256 of tokenizer.json, as dataprep records it in manifest.json."""
+    import hashlib
+
+    path = tokenizer_dir if tokenizer_dir.endswith(".json") else os.path.join(tokenizer_dir, "tokenizer.json")
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):
+    """What in an existing dataprep output differs from what this job asks
+    for (tokenizer, seq_len, labels); [] when it fits. (Another shard count
+    is fine: ferry.Loader re-splits the same global order.)"""
+    m = ferry.read_manifest(data_dir)
+    bad = []
+    if tokenizer_dir is not None:
+        want = tokenizer_sha256(tokenizer_dir)
+        have = (m.tokenizer or {}).get("sha256")
+        if have != want:
+            bad.append(f"tokenizer sha256 {str(have)[:12]}... != {want[:12]}... ({tokenizer_dir})")
+    if seq_len is not None and m.seq_len != int(seq_len):
+        bad.append(f"seq_len {m.seq_len} != {seq_len}")
+    if labels is not None and m.labels != labels:
+        bad.append(f"labels {m.labels} != {labels}")
+    return bad
+
+
+def check_data_dir(args):
+    """Stop with a clear message when DATA_DIR was made for another tokenizer,
+    seq_len or labels policy (a reused data_dir of an earlier job)."""
+    bad = data_dir_mismatches(args.data_dir, args.tokenizer_dir, args.max_seq_len, args.labels)
+    if bad:
+        raise SystemExit(f"{args.data_dir} was made for other data: {'; '.join(bad)}. Point data_dir at a new "
+                         "directory (dataprep makes it), or delete this one.")
+
+
+def save_hf_meta(meta, config, tokenizer, generation_config=None):
+    """config.json, generation_config.json and the tokenizer files for
+    ``ckptmerge --config-from``; the tokenizer with pad = eos, as the seed sets
+    it before its save_pretrained(output_dir)."""
+    from transformers import GenerationConfig
+
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    config.save_pretrained(meta)
+    tokenizer.save_pretrained(meta)
+    (generation_config or GenerationConfig.from_model_config(config)).save_pretrained(meta)
+
+
+def run_id():
+    """This run's identity, kept in latest.json: a retry of the same job (same
+    id) resumes by itself, another job does not."""
+    return os.environ.get("FERRY_RUN_ID") or os.environ.get("MLFLOW_RUN_ID") or None
 
 
 def write_json_atomic(path, obj):
@@ -189,7 +265,8 @@ def save_checkpoint(args, model, optimizer, loader, step, rank):
     if rank == 0:
         write_json_atomic(os.path.join(path, "ferry-train-state.json"),
                           {"step": step, "optimizer": with_optim, "loader": loader.state_dict()})
-        write_json_atomic(os.path.join(args.checkpoint_dir, "latest.json"), {"checkpoint": name, "step": step})
+        write_json_atomic(os.path.join(args.checkpoint_dir, "latest.json"),
+                          {"checkpoint": name, "step": step, "run_id": run_id()})
         print(f"saved sharded checkpoint {path} in {time.time() - t0:.1f}s", flush=True)
     dist.barrier()
     return path
@@ -198,10 +275,16 @@ def save_checkpoint(args, model, optimizer, loader, step, rank):
 def try_resume(args, model, optimizer, loader, rank):
     """Load the latest checkpoint, if any; returns the optimizer step reached."""
     latest = os.path.join(args.checkpoint_dir, "latest.json")
-    if args.no_resume or not os.path.exists(latest):
+    if not os.path.exists(latest):
         return 0
     with open(latest) as f:
-        name = json.load(f)["checkpoint"]
+        last = json.load(f)
+    name = last["checkpoint"]
+    same_run = run_id() is not None and last.get("run_id") == run_id()
+    if not (args.resume or same_run):
+        raise SystemExit(f"{latest}: {args.checkpoint_dir} holds the checkpoint of an earlier run (step "
+                         f"{last.get('step')}). Pass --resume (parameter resume: true) to continue it, or use a "
+                         "new checkpoint_dir for a new run.")
     path = os.path.join(args.checkpoint_dir, name)
     with open(os.path.join(path, "ferry-train-state.json")) as f:
         state = json.load(f)
@@ -217,6 +300,11 @@ def try_resume(args, model, optimizer, loader, rank):
 
 def main():
     args = parse_args()
+    if args.check_data:
+        check_data_dir(args)
+        print(f"{args.data_dir}: matches", flush=True)
+        return
+    check_data_dir(args)
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -234,13 +322,17 @@ def main():
     # ferry replaces build_dataset + DistributedSampler + DataLoader: rank and
     # world size come from torchrun's environment; each rank maps its shard,
     # or (--serve) gets the same batches from the node's ferry-serve daemon.
-    loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed, serve=args.serve)
+    # grad_accum: every batch carries num_items_in_batch for this optimizer
+    # step, so the loss below is the mean over all its tokens on all ranks.
+    loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed, serve=args.serve,
+                          grad_accum=args.grad_accum)
     if rank == 0:
         m = loader.manifest
         feed = type(loader).__name__ + (f" (ferry-serve at {args.serve})" if args.serve else " (mapped shards)")
         print(f"World size={world_size} | model={'tiny' if args.tiny else args.model_name} | data={args.data_dir} "
               f"({m.mode}, seq_len {m.seq_len}, {m.ranks} shards x {m.rows_per_rank} rows, "
-              f"{loader.steps_per_epoch} batches per rank per epoch) | feed={feed}", flush=True)
+              f"{loader.steps_per_epoch} batches per rank per epoch) | feed={feed} | labels={m.labels}"
+              f"{' (seed parity: loss on the pads too)' if m.labels == 'copy' else ''}", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step = try_resume(args, model, optimizer, loader, rank)
@@ -252,7 +344,7 @@ def main():
 
         mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID"))
         mlflow.log_params({"model_name": args.model_name, "lr": args.lr, "batch_size": args.batch_size,
-                           "world_size": world_size, "data_dir": args.data_dir})
+                           "world_size": world_size, "data_dir": args.data_dir, "labels": loader.manifest.labels})
 
     # --- Training loop -------------------------------------------------------
     model.train()
@@ -300,8 +392,7 @@ def main():
     if rank == 0 and tokenizer is not None:
         # config.json + tokenizer files for `ckptmerge --config-from`.
         meta = os.path.join(args.checkpoint_dir, "hf-meta")
-        model.module.config.save_pretrained(meta)
-        tokenizer.save_pretrained(meta)
+        save_hf_meta(meta, model.module.config, tokenizer, model.module.generation_config)
     if args.save_reference and not is_fsdp and rank == 0:
         torch.save({k: v.detach().clone() for k, v in model.module.state_dict().items()}, args.save_reference)
     if use_mlflow:
