@@ -172,8 +172,8 @@ def test_torchrun_example_end_to_end(serve_bin, tmp_path):
         assert torch.equal(got[k], want[k]), f"{k}: served run ended with other weights than the direct run"
 
     # 3. Restart the direct run on one rank: resumes from step 20 with the
-    # saved sample order.
-    r, _, _ = train("direct", 1, 23)
+    # saved sample order (asked for: a new job does not resume by itself).
+    r, _, _ = train("direct", 1, 23, ["--resume"])
     assert "resumed from" in r.stdout and "at step 20 (saved with world size 2, now 1;" in r.stdout
     assert [x["step"] for x in read_metrics(metrics)] == list(range(1, 21)) + [21, 22, 23]
 

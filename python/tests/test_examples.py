@@ -1,0 +1,277 @@
+"""The examples (examples/torchrun-fsdp, examples/ray-train) against the
+defects a seed user would hit (issue 16): each test imports the example
+module and calls its functions, parses its YAML, or runs a short job.
+
+Never skips: missing Go tools or libraries are failures."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+import yaml
+
+from helpers import REPO, build_go_tool
+
+EXAMPLES = os.path.join(REPO, "examples")
+TORCHRUN_DIR = os.path.join(EXAMPLES, "torchrun-fsdp")
+RAY_DIR = os.path.join(EXAMPLES, "ray-train")
+ALPACA = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
+TOKDIR = os.path.join(REPO, "testdata", "tokenizers")
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def load_example(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def fsdp_ex():
+    return load_example(os.path.join(TORCHRUN_DIR, "train.py"), "ferry_example_torchrun")
+
+
+@pytest.fixture(scope="module")
+def ray_ex():
+    return load_example(os.path.join(RAY_DIR, "train_ray.py"), "ferry_example_ray")
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bin")
+    try:
+        return types.SimpleNamespace(dataprep=build_go_tool("cmd/dataprep", str(d)),
+                                     ckptmerge=build_go_tool("cmd/ckptmerge", str(d)))
+    except RuntimeError as e:
+        pytest.fail(f"the example tests need the Go tools: {e}")
+
+
+def tokenizer_dir(root, name):
+    """testdata/tokenizers/NAME with tokenizer.json decompressed (as the YAMLs download it)."""
+    d = os.path.join(root, f"tok-{name}")
+    if not os.path.exists(d):
+        os.makedirs(d)
+        src = os.path.join(TOKDIR, name)
+        with open(os.path.join(d, "tokenizer.json"), "wb") as f:
+            subprocess.run(["zstd", "-dc", os.path.join(src, "tokenizer.json.zst")], stdout=f, check=True)
+        shutil.copy(os.path.join(src, "tokenizer_config.json"), d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def toks(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("tok"))
+    return types.SimpleNamespace(qwen=tokenizer_dir(root, "qwen2.5"), llama=tokenizer_dir(root, "llama3.1"))
+
+
+def ray_args(tools, toks, tmp_path, **kw):
+    a = dict(dataprep=tools.dataprep, input=ALPACA, tokenizer=toks.qwen, seq_len=64, labels="mask-pad",
+             data_dir=str(tmp_path / "data"), rebuild_data=False)
+    a.update(kw)
+    return types.SimpleNamespace(**a)
+
+
+# --- defect 1: FSDP-correct gradient clipping in ray-train -------------------
+
+CLIP_WORKER = textwrap.dedent("""
+    import importlib.util, json, os, sys
+    import torch, torch.distributed as dist
+    spec = importlib.util.spec_from_file_location("train_ray", sys.argv[1])
+    ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+    from torch.distributed.device_mesh import init_device_mesh
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))  # same batch on both ranks
+    ref = make()
+    ref(x).pow(2).sum().backward()
+    want = torch.norm(torch.stack([p.grad.norm() for p in ref.parameters()])).item()
+
+    m1 = FSDP(make(), use_orig_params=True, device_id=torch.device("cpu"))
+    m1(x).pow(2).sum().backward()
+    local = torch.norm(torch.stack([p.grad.norm() for p in m1.parameters() if p.grad is not None])).item()
+    fsdp1 = float(ex.clip_grad_norm(m1, 1e9))
+
+    m2 = make()
+    fully_shard(m2, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    m2(x).pow(2).sum().backward()
+    n2 = ex.clip_grad_norm(m2, 1e9)
+    fsdp2 = float(n2.full_tensor() if hasattr(n2, "full_tensor") else n2)
+    with open(os.path.join(sys.argv[2], f"rank{rank}.json"), "w") as f:
+        json.dump({"want": want, "local": local, "fsdp1": fsdp1, "fsdp2": fsdp2}, f)
+    dist.destroy_process_group()
+""")
+
+
+def test_ray_clip_uses_global_norm_under_fsdp(ray_ex, tmp_path):
+    import inspect
+
+    assert "clip_grad_norm(model, 1.0)" in inspect.getsource(ray_ex.train_func)
+    script = tmp_path / "clip_worker.py"
+    script.write_text(CLIP_WORKER)
+    r = subprocess.run(TORCHRUN + ["--standalone", "--nproc_per_node=2", str(script),
+                                   os.path.join(RAY_DIR, "train_ray.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
+    for x in res:
+        assert x["fsdp1"] == pytest.approx(x["want"], rel=1e-5), x
+        assert x["fsdp2"] == pytest.approx(x["want"], rel=1e-5), x
+    # what the old call saw: each rank its own shard's norm, smaller than the global one
+    assert all(x["local"] < x["want"] * (1 - 1e-3) for x in res), res
+
+
+# --- defect 7: --tiny / --cpu never switch themselves on ---------------------
+
+def test_torchrun_no_cuda_without_tiny_is_an_error(fsdp_ex, monkeypatch, capsys):
+    monkeypatch.delenv("HYPERPARAMETERS_PATH", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        fsdp_ex.parse_args(["--data-dir", "/nonexistent"])
+    assert e.value.code == 2 and "CUDA is not available" in capsys.readouterr().err
+    assert fsdp_ex.parse_args(["--tiny"]).tiny
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not fsdp_ex.parse_args([]).tiny
+
+
+def test_ray_no_gpu_without_cpu_is_an_error(ray_ex, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        ray_ex.parse_args(["--worker"])
+    assert "CUDA is not available" in capsys.readouterr().err
+    assert ray_ex.parse_args(["--worker", "--cpu"]).cpu
+    with pytest.raises(SystemExit, match="no GPU"):
+        ray_ex.gpu_workers(ray_ex.parse_args([]), {"CPU": 16})
+    assert ray_ex.gpu_workers(ray_ex.parse_args([]), {"GPU": 8}) == 8
+    assert ray_ex.gpu_workers(ray_ex.parse_args(["--cpu", "--num-workers", "2"]), {}) == 2
+
+
+# --- defect 3: no huggingface-cli; the Ray YAML stops on failure -------------
+
+def yaml_command(example):
+    with open(os.path.join(EXAMPLES, example, "train.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+@pytest.mark.parametrize("example", ["torchrun-fsdp", "ray-train"])
+def test_yaml_downloads_without_huggingface_cli(example):
+    cmd = yaml_command(example)["command"]
+    code = "\n".join(line for line in cmd.splitlines() if not line.lstrip().startswith("#"))
+    assert "huggingface-cli" not in code and "snapshot_download" in code
+    assert "head -n1" not in cmd and "train-*.parquet" in cmd  # the train split, not the first file
+    assert "set -euo pipefail" in cmd.split("snapshot_download")[0]
+    r = subprocess.run(["bash", "-n", "-c", cmd], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_ray_yaml_stops_when_the_download_fails(tmp_path):
+    """Stub `ray` (succeeds) and `python` (the download fails; train_ray.py
+    records that it ran): the job must stop before training."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    ran = tmp_path / "train-ran"
+    (stubs / "ray").write_text("#!/bin/sh\nexit 0\n")
+    (stubs / "python").write_text(f"#!/bin/sh\ncase \"$*\" in *train_ray.py*) touch {ran}; exit 0;; esac\n"
+                                  "echo download failed >&2; exit 1\n")
+    for s in stubs.iterdir():
+        s.chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", CODE_SOURCE_PATH=str(tmp_path), NODE_RANK="0")
+    r = subprocess.run(["bash", "-c", yaml_command("ray-train")["command"]], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and not ran.exists(), r.stdout + r.stderr
+
+
+# --- defect 2: --labels explicit, logged, seed parity in one switch ----------
+
+def test_yamls_pass_labels_explicitly():
+    t = yaml_command("torchrun-fsdp")
+    assert t["parameters"]["labels"] in ("mask-pad", "copy") and '--labels "$LABELS"' in t["command"]
+    assert "--labels " in yaml_command("ray-train")["command"]
+
+
+def test_ray_dataprep_labels_copy_is_seed_parity(ray_ex, tools, toks, tmp_path):
+    assert ray_ex.parse_args([]).labels == "mask-pad"
+    assert ray_ex.parse_args(["--labels", "copy"]).labels == "copy"
+    args = ray_args(tools, toks, tmp_path, labels="copy")
+    ray_ex.run_dataprep(args, 2)
+    import ferry
+
+    m = ferry.read_manifest(args.data_dir)
+    assert m.labels == "copy" and m.seq_len == 64 and m.ranks == 2
+    loader = ferry.Loader(args.data_dir, 2, rank=0, world_size=2, drop_last=True)
+    batch = next(iter(loader))
+    assert (batch["labels"] == batch["input_ids"]).all()  # the seed's labels = input_ids, pads included
+    loader.close()
+
+
+def test_torchrun_logs_and_checks_labels(fsdp_ex, monkeypatch, tools, toks, tmp_path):
+    data = tmp_path / "data"
+    subprocess.run([tools.dataprep, "--input", ALPACA, "--tokenizer", toks.qwen, "--seq-len", "64", "--ranks", "2",
+                    "--labels", "copy", "--quiet", "--out", str(data)], check=True)
+    monkeypatch.delenv("HYPERPARAMETERS_PATH", raising=False)
+    args = fsdp_ex.parse_args(["--tiny", "--data-dir", str(data), "--labels", "mask-pad"])
+    with pytest.raises(SystemExit, match="labels copy != mask-pad"):
+        fsdp_ex.check_data_dir(args)
+    fsdp_ex.check_data_dir(fsdp_ex.parse_args(["--tiny", "--data-dir", str(data), "--labels", "copy"]))
+    import inspect
+
+    src = inspect.getsource(fsdp_ex.main)
+    assert "labels={m.labels}" in src and '"labels": loader.manifest.labels' in src
+
+
+# --- defect 6: stale data_dir, no auto-resume of an old run ------------------
+
+def test_stale_data_dir_is_refused_or_rebuilt(ray_ex, fsdp_ex, tools, toks, tmp_path, monkeypatch):
+    args = ray_args(tools, toks, tmp_path)
+    ray_ex.run_dataprep(args, 2)
+    assert ray_ex.data_dir_mismatches(args.data_dir, toks.qwen, 64, "mask-pad") == []
+    bad = ray_ex.data_dir_mismatches(args.data_dir, toks.llama, 128, "copy")
+    assert len(bad) == 3 and bad[0].startswith("tokenizer sha256") and bad[1] == "seq_len 64 != 128", bad
+    with pytest.raises(SystemExit, match="was made for other data: tokenizer sha256"):
+        ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, tokenizer=toks.llama), 2)
+    with pytest.raises(SystemExit, match="seq_len 64 != 32"):
+        ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, seq_len=32), 2)
+    ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, seq_len=32, rebuild_data=True), 2)
+    import ferry
+
+    assert ferry.read_manifest(args.data_dir).seq_len == 32
+    # torchrun: train.py --check-data, as train.yaml runs it on node 0 before reusing a data_dir
+    monkeypatch.delenv("HYPERPARAMETERS_PATH", raising=False)
+    ok = fsdp_ex.parse_args(["--check-data", "--data-dir", args.data_dir, "--tokenizer-dir", toks.qwen,
+                             "--max-seq-len", "32"])
+    fsdp_ex.check_data_dir(ok)
+    stale = fsdp_ex.parse_args(["--check-data", "--data-dir", args.data_dir, "--tokenizer-dir", toks.llama])
+    with pytest.raises(SystemExit, match="tokenizer sha256"):
+        fsdp_ex.check_data_dir(stale)
+
+
+def test_new_job_does_not_resume_an_old_run(fsdp_ex, tmp_path, monkeypatch):
+    ckpt = tmp_path / "dcp"
+    ckpt.mkdir()
+    (ckpt / "latest.json").write_text(json.dumps({"checkpoint": "step-00000050", "step": 50, "run_id": "old"}))
+    monkeypatch.delenv("HYPERPARAMETERS_PATH", raising=False)
+    monkeypatch.delenv("FERRY_RUN_ID", raising=False)
+    monkeypatch.setenv("MLFLOW_RUN_ID", "new")
+    args = fsdp_ex.parse_args(["--tiny", "--checkpoint-dir", str(ckpt)])
+    assert not args.resume
+    with pytest.raises(SystemExit, match="checkpoint of an earlier run"):
+        fsdp_ex.try_resume(args, None, None, None, 0)
+    # asked (--resume), or a retry of the same run: it goes on to load the checkpoint
+    for argv, run in ((["--resume"], "new"), ([], "old")):
+        monkeypatch.setenv("MLFLOW_RUN_ID", run)
+        with pytest.raises(FileNotFoundError, match="ferry-train-state.json"):
+            fsdp_ex.try_resume(fsdp_ex.parse_args(["--tiny", "--checkpoint-dir", str(ckpt), *argv]),
+                               None, None, None, 0)
