@@ -275,3 +275,53 @@ def test_new_job_does_not_resume_an_old_run(fsdp_ex, tmp_path, monkeypatch):
         with pytest.raises(FileNotFoundError, match="ferry-train-state.json"):
             fsdp_ex.try_resume(fsdp_ex.parse_args(["--tiny", "--checkpoint-dir", str(ckpt), *argv]),
                                None, None, None, 0)
+
+
+# --- defect 4: the merged model in output_dir, pad = eos, generation_config ---
+
+def test_merged_model_loads_from_output_dir(fsdp_ex, ray_ex, tools, toks, tmp_path):
+    """A tiny random Llama (Llama-3.1 tokenizer, which has no pad token) ->
+    DCP checkpoint -> train.py's hf-meta -> ckptmerge into output_dir ->
+    from_pretrained(output_dir): same logits, pad = eos, generation_config."""
+    import ferry.dcp
+    import transformers
+
+    with open(os.path.join(TORCHRUN_DIR, "train.yaml")) as f:
+        cmd = yaml.safe_load(f)["command"]
+    assert '"$CKPT_DIR/$LAST" "$OUTPUT_DIR"' in cmd and "$OUTPUT_DIR/hf" not in cmd
+
+    tok = transformers.AutoTokenizer.from_pretrained(toks.llama)
+    assert tok.pad_token is None
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                   eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ckpt, meta, out = tmp_path / "dcp" / "step-00000001", tmp_path / "dcp" / "hf-meta", tmp_path / "out"
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        ferry.dcp.save_train_state(str(ckpt), model)
+    finally:
+        dist.destroy_process_group()
+    fsdp_ex.save_hf_meta(str(meta), model.config, tok, model.generation_config)
+    subprocess.run([tools.ckptmerge, "--force", "--config-from", str(meta), str(ckpt), str(out)], check=True,
+                   capture_output=True)
+    got = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()  # the seed's from_pretrained(output_dir)
+    ids = torch.tensor([tok.encode("Below is an instruction")])
+    with torch.no_grad():
+        assert torch.equal(got(ids).logits, model(ids).logits)
+    saved = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert saved.pad_token == saved.eos_token and saved.pad_token is not None
+    assert os.path.exists(out / "generation_config.json")
+    assert transformers.GenerationConfig.from_pretrained(str(out)).eos_token_id == tok.eos_token_id
+
+    # ray-train: the driver writes the same meta from the downloaded files
+    src = tmp_path / "ray-src"
+    shutil.copytree(toks.llama, src)
+    cfg.save_pretrained(src)
+    dst = ray_ex.write_hf_meta(str(src), str(tmp_path / "ray-meta"))
+    assert os.path.exists(os.path.join(dst, "generation_config.json"))
+    rt = transformers.AutoTokenizer.from_pretrained(dst)
+    assert rt.pad_token == rt.eos_token
