@@ -273,6 +273,32 @@ def train_func(config: dict):
         mlflow.end_run()
 
 
+def head_records(path, n, out_dir):
+    """The first n records of a local json/jsonl/parquet file, as a new file
+    in out_dir: the seed's load_dataset(..., split="train[:n]")."""
+    os.makedirs(out_dir, exist_ok=True)
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        if table.num_rows < n:
+            raise SystemExit(f"--max-samples {n}: {path} has only {table.num_rows} records")
+        out = os.path.join(out_dir, f"head-{n}.parquet")
+        pq.write_table(table.slice(0, n), out)
+        return out
+    with open(path) as f:
+        if path.endswith(".jsonl"):
+            records = [json.loads(line) for line in f if line.strip()]
+        else:
+            records = json.load(f)
+    if len(records) < n:
+        raise SystemExit(f"--max-samples {n}: {path} has only {len(records)} records")
+    out = os.path.join(out_dir, f"head-{n}.json")
+    with open(out, "w") as f:
+        json.dump(records[:n], f)
+    return out
+
+
 def run_dataprep(args, ranks):
     """Tokenize once, before training. A complete output made with the same
     tokenizer, seq_len and labels is reused; one made otherwise is refused
@@ -280,6 +306,9 @@ def run_dataprep(args, ranks):
     force = False
     if os.path.exists(os.path.join(args.data_dir, "manifest.json")):
         bad = data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels)
+        records = ferry.read_manifest(args.data_dir).stats.get("records_read")
+        if getattr(args, "max_samples", 0) and records != args.max_samples:
+            bad.append(f"{records} records != --max-samples {args.max_samples}")
         if not bad:
             print(f"dataprep: {args.data_dir} is complete and matches; not re-run", flush=True)
             return
@@ -290,7 +319,10 @@ def run_dataprep(args, ranks):
         force = True
     if not args.input:
         raise SystemExit("dataprep: --input is empty (did the dataset download fail?)")
-    cmd = [args.dataprep, "--input", args.input, "--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len),
+    source = args.input
+    if getattr(args, "max_samples", 0):
+        source = head_records(args.input, args.max_samples, args.data_dir.rstrip("/") + ".input")
+    cmd = [args.dataprep, "--input", source, "--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len),
            "--labels", args.labels, "--ranks", str(ranks), "--out", args.data_dir] + (["--force"] if force else [])
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
@@ -359,6 +391,9 @@ def parse_args(argv=None):
     ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default="mask-pad",
                     help="dataprep's training objective: mask-pad (default) puts no loss on the padding; "
                          "copy = the seed's labels = input_ids, pads included (seed parity)")
+    ap.add_argument("--max-samples", type=int, default=0,
+                    help="train on the first N records only (the seed's split=\"train[:8000]\": --max-samples 8000); "
+                         "default: all of them")
     ap.add_argument("--rebuild-data", action="store_true",
                     help="replace a --data-dir made with another tokenizer, seq_len or labels (default: refuse)")
     ap.add_argument("--data-dir", default="/local_disk0/ferry-data")

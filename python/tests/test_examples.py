@@ -325,3 +325,69 @@ def test_merged_model_loads_from_output_dir(fsdp_ex, ray_ex, tools, toks, tmp_pa
     assert os.path.exists(os.path.join(dst, "generation_config.json"))
     rt = transformers.AutoTokenizer.from_pretrained(dst)
     assert rt.pad_token == rt.eos_token
+
+
+# --- defect 5: the sample pool is explicit ------------------------------------
+
+def test_ray_max_samples_is_the_seeds_train_slice(ray_ex, tools, toks, tmp_path):
+    import ferry
+
+    with open(ALPACA) as f:
+        n = len(json.load(f))
+    args = ray_args(tools, toks, tmp_path, max_samples=n - 2)
+    ray_ex.run_dataprep(args, 2)
+    assert ferry.read_manifest(args.data_dir).stats["records_read"] == n - 2
+    with pytest.raises(SystemExit, match=f"records != --max-samples {n - 4}"):
+        ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, max_samples=n - 4), 2)
+    with pytest.raises(SystemExit, match="has only"):
+        ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, data_dir=str(tmp_path / "d2"), max_samples=n + 1), 2)
+    assert ray_ex.parse_args([]).max_samples == 0  # default: all records, as README says
+
+
+# --- defect 8: the Ray example resumes from Ray's checkpoint ------------------
+
+def test_ray_resumes_from_the_reported_checkpoint(ray_ex, tools, toks, tmp_path, monkeypatch):
+    import contextlib
+    import inspect
+
+    import ferry
+    import torch.distributed as dist
+
+    src = inspect.getsource(ray_ex.main)
+    assert "FailureConfig(max_failures=args.max_failures)" in src and ray_ex.parse_args([]).max_failures >= 1
+    args = ray_args(tools, toks, tmp_path)
+    ray_ex.run_dataprep(args, 1)
+    config = {"cpu": True, "vocab_size": 64, "checkpoint_dir": str(tmp_path / "ckpt")}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        model, _ = ray_ex.build_model(config, torch.device("cpu"))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        loader = ferry.Loader(args.data_dir, 2, rank=0, world_size=1, drop_last=True)
+        it = iter(loader)
+        for _ in range(3):
+            out = model(**ferry.to_device(next(it), torch.device("cpu")))
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad()
+        path = ray_ex.save_checkpoint(config, model, opt, loader, 3)
+        want_next = next(it)["input_ids"].clone()
+        want_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        loader.close()
+
+        class Ckpt:
+            @contextlib.contextmanager
+            def as_directory(self):
+                yield path
+
+        monkeypatch.setattr(ray_ex, "_ray_train", lambda: types.SimpleNamespace(get_checkpoint=lambda: Ckpt()))
+        torch.manual_seed(123)
+        model2, _ = ray_ex.build_model(dict(config, seed=1), torch.device("cpu"))
+        opt2 = torch.optim.AdamW(model2.parameters(), lr=0.01)
+        loader2 = ferry.Loader(args.data_dir, 2, rank=0, world_size=1, drop_last=True)
+        assert ray_ex.resume(model2, opt2, loader2, 0) == 3
+        for k, v in model2.state_dict().items():
+            assert torch.equal(v, want_state[k]), k
+        assert torch.equal(next(iter(loader2))["input_ids"], want_next)  # the next sample, none lost or repeated
+        loader2.close()
+    finally:
+        dist.destroy_process_group()
