@@ -426,6 +426,24 @@ def parse_args(argv=None):
     return args
 
 
+NODE_LOCAL = ("/local_disk0", "/tmp", "/var/tmp", "/dev/shm")
+
+
+def check_shared_paths(args, nodes):
+    """On several nodes every worker reads --data-dir and writes
+    --checkpoint-dir: node-local disk would leave the workers of the other
+    nodes without a manifest (and the checkpoint in pieces)."""
+    if nodes < 2:
+        return
+    local = [f"{name} {path}" for name, path in (("--data-dir", args.data_dir),
+                                                 ("--checkpoint-dir", args.checkpoint_dir),
+                                                 ("--storage-path", args.storage_path))
+             if os.path.abspath(path).startswith(NODE_LOCAL)]
+    if local:
+        raise SystemExit(f"the Ray cluster has {nodes} nodes, but {', '.join(local)} is node-local: put it on "
+                         "storage every node sees (a volume)")
+
+
 def gpu_workers(args, cluster_resources):
     """Ray Train workers: --num-workers, else one per GPU of the cluster.
     No GPU without --cpu is an error, not a silent CPU run."""
@@ -456,6 +474,7 @@ def main():
 
     ray.init(address="auto")
     workers = gpu_workers(args, ray.cluster_resources())
+    check_shared_paths(args, sum(1 for n in ray.nodes() if n.get("Alive")))
     print(f"Ray cluster ready: {workers} worker(s)", flush=True)
     t0 = time.time()
     run_dataprep(args, workers)  # one shard per worker

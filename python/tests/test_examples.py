@@ -391,3 +391,13 @@ def test_ray_resumes_from_the_reported_checkpoint(ray_ex, tools, toks, tmp_path,
         loader2.close()
     finally:
         dist.destroy_process_group()
+
+
+def test_ray_several_nodes_need_shared_paths(ray_ex):
+    one = ray_ex.parse_args([])  # the YAML's single-node defaults: /local_disk0, /tmp/ray_results
+    ray_ex.check_shared_paths(one, 1)
+    with pytest.raises(SystemExit, match="node-local"):
+        ray_ex.check_shared_paths(one, 2)
+    shared = ray_ex.parse_args(["--data-dir", "/Volumes/v/data", "--checkpoint-dir", "/Volumes/v/dcp",
+                                "--storage-path", "/Volumes/v/ray"])
+    ray_ex.check_shared_paths(shared, 2)
