@@ -201,7 +201,7 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
             raise ValueError(f"num_items_in_batch = {num_items_in_batch!r}, want None (auto), True or False")
         self._phase = 0              # micro-batches of the current accumulation window already yielded
         self._window_start = None    # (epoch, consumed) of that window's first micro-batch when _phase > 0
-        self._window = (None, 0)     # ((epoch, consumed), loss tokens) of the last window counted
+        self._window = (None, 0, None)  # ((epoch, consumed), loss tokens, num_items_in_batch) of the last window
         self._count_orders = {}
         self._counter = None
         if num_items_in_batch is False:
@@ -231,9 +231,27 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
             m = self.manifest
             if len(self._count_orders) > 2:
                 self._count_orders.clear()
-            o = self._count_orders[epoch] = EpochOrder(m.ranks, m.rows_per_rank, self.batch_size, epoch, self.seed,
-                                                       self.shuffle, self.drop_last)
+            o = EpochOrder(m.ranks, m.rows_per_rank, self.batch_size, epoch, self.seed, self.shuffle, self.drop_last)
+            o.token_prefix = self._block_token_prefix(o)
+            self._count_orders[epoch] = o
         return o
+
+    def _block_token_prefix(self, o):
+        """Prefix sums of the loss tokens of the epoch's global blocks 0..G-1."""
+        R, per = o.R, o.per_shard
+        counts = np.zeros((per, R), dtype=np.int64)
+        for s in range(R):
+            p = self._counter.shard(s).loss_token_prefix()
+            first = np.empty(per, dtype=np.int64)
+            first[:o.full] = o.perm(s) * o.B
+            if o.partial:
+                first[o.full:] = o.full * o.B
+            rows = np.full(per, o.B, dtype=np.int64)
+            rows[o.full:] = o.partial
+            counts[:, s] = p[first + rows] - p[first]
+        prefix = np.zeros(o.G + 1, dtype=np.int64)
+        np.cumsum(counts.reshape(-1), out=prefix[1:])
+        return prefix
 
     def window_loss_tokens(self, epoch, consumed):
         """Loss tokens of the accumulation window that starts at (epoch,
@@ -242,25 +260,33 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
         key = (epoch, consumed)
         if self._window[0] == key:
             return self._window[1]
-        W, e, c, n = self.world_size, epoch, consumed, 0
-        for _ in range(self.grad_accum):
+        W, e, c, left, n = self.world_size, epoch, consumed, self.grad_accum, 0
+        while left:
             o = self._order_of(e)
             while o.steps(c, W) == 0:
                 e, c = e + 1, 0
                 o = self._order_of(e)
-            shards, rows, counts = o.blocks(c, W, 1)
-            for s, r, k in zip(shards, rows, counts):
-                n += self._counter.shard(s).loss_tokens(r, k)
-            c += W
-        self._window = (key, n)
+            k = min(left, o.steps(c, W))
+            # Blocks [c, c + k*W), wrapping past the epoch's end like EpochOrder.block.
+            g, todo, P = c, k * W, o.token_prefix
+            while todo:
+                g %= o.G
+                take = min(todo, o.G - g)
+                n += int(P[g + take] - P[g])
+                g, todo = g + take, todo - take
+            c, left = c + k * W, left - k
+        items = torch.from_numpy(np.array(max(n, 1) / (self.world_size * self.grad_accum), dtype=np.float32))
+        self._window = (key, n, items)
         return n
 
     def _step_items(self, epoch, start, p0, ws0, u):
         """num_items_in_batch of micro-batch u of an iteration that began at
-        (epoch, start) with phase p0 (window start ws0 when p0 > 0)."""
+        (epoch, start) with phase p0 (window start ws0 when p0 > 0): one
+        tensor per window, shared by its micro-batches."""
         k = u - (p0 + u) % self.grad_accum
-        n = self.window_loss_tokens(*((epoch, start + k * self.world_size) if k >= 0 else ws0))
-        return torch.tensor(max(n, 1) / (self.world_size * self.grad_accum), dtype=torch.float32)
+        key = (epoch, start + k * self.world_size) if k >= 0 else ws0
+        self.window_loss_tokens(*key)
+        return self._window[2]
 
     def _advance(self, epoch, start, p0, ws0, m):
         """Position after m micro-batches of an iteration that began at

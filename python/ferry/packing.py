@@ -6,8 +6,9 @@ device))`` that keeps the documents of a packed row apart on every attention
 implementation transformers offers, whatever the batch size::
 
     input_ids, labels, position_ids   (B, L) int32 views of the mapped shard
-    cu_seq_lens_q, cu_seq_lens_k      (D+1,) int32: document starts in the
-                                      row-major flattened B*L tokens, then B*L
+    cu_seq_lens_q, cu_seq_lens_k      (D+1,) int32: document starts (position
+                                      0, and every row start) in the row-major
+                                      flattened B*L tokens, then B*L
     max_length_q, max_length_k        int: the longest document (tokens)
     use_cache                         False
     num_items_in_batch                0-d float32 (see below)
@@ -83,19 +84,19 @@ _SSM_MODULE_NAMES = ("Mamba", "GatedDeltaNet", "LinearAttention", "ShortConv", "
 
 def pack_kwargs(position_ids):
     """``cu_seq_lens_q/k`` and ``max_length_q/k`` for a (B, L) pack-mode
-    ``position_ids`` array (numpy or CPU tensor): a document starts at each
-    row start and wherever a position is not the previous one + 1 (the rule
-    transformers' mask builder uses), in the row-major flattened B*L tokens."""
+    ``position_ids`` array (numpy or CPU tensor): a document starts at
+    every position 0 (the shard format restarts positions at each document
+    and lets padding continue the last one) and at every row start, in the
+    row-major flattened B*L tokens."""
     pos = position_ids.numpy() if isinstance(position_ids, torch.Tensor) else np.asarray(position_ids)
     B, L = pos.shape
-    brk = np.empty((B, L), dtype=bool)
-    brk[:, 0] = True
-    np.not_equal(pos[:, 1:] - pos[:, :-1], 1, out=brk[:, 1:])
-    starts = np.flatnonzero(brk)
+    first = pos == 0
+    first[:, 0] = True
+    starts = np.flatnonzero(first)
     cu = np.empty(len(starts) + 1, dtype=np.int32)
     cu[:-1] = starts
     cu[-1] = B * L
-    longest = int((cu[1:] - cu[:-1]).max())
+    longest = int(np.diff(cu).max())
     t = torch.from_numpy(cu)
     return {"cu_seq_lens_q": t, "cu_seq_lens_k": t, "max_length_q": longest, "max_length_k": longest}
 

@@ -315,7 +315,7 @@ class ShardFile:
         self._batches = entry["batches"]
         self._starts = [b["row_start"] for b in self._batches]
         self._cols = [None] * len(self._batches)
-        self._tokens = [None] * len(self._batches)
+        self._token_prefix = None
         # dataprep writes record batches of batch_rows rows (the last one may
         # be shorter): then row -> record batch is a division.
         br = manifest.batch_rows
@@ -391,39 +391,37 @@ class ShardFile:
         return c["input_ids"], c["labels"], c[third], False
 
     def loss_tokens(self, row, rows):
-        """Tokens that carry loss in shard rows [row, row+rows): per row,
-        ``labels[1:] != -100`` (HF's causal-LM loss shifts by one). Counted
-        once per record batch, on first use, and kept as prefix sums. With
-        the mask-pad and copy label policies the count follows from the
-        small ``length`` and segment-offset columns (every example's first
-        label is -100, and so are the pads under mask-pad), so the labels
-        are not read; mask-prompt reads them."""
-        total = 0
-        while rows > 0:
-            k, i = self.locate(row)
-            n = self._batches[k]["rows"]
-            take = min(rows, n - i)
-            c = self._tokens[k]
-            if c is None:
-                c = self._tokens[k] = self._count_tokens(k)
-            total += int(c[i + take] - c[i])
-            row += take
-            rows -= take
-        return total
+        """Tokens that carry loss in shard rows [row, row+rows) (see
+        :meth:`row_loss_tokens`)."""
+        p = self.loss_token_prefix()
+        return int(p[row + rows] - p[row])
 
-    def _count_tokens(self, k):
+    def loss_token_prefix(self):
+        """Prefix sums of the per-row loss-token counts: ``p[j]`` = loss
+        tokens in rows [0, j) (int64, rows + 1 entries). A row's count is
+        ``labels[1:] != -100`` (HF's causal-LM loss shifts by one). Counted
+        on first use for the whole shard and kept. Under the mask-pad and
+        copy label policies the counts follow from the small ``length``
+        and segment-offset columns (every example's first label is -100,
+        and so are the pads under mask-pad), so the labels are not read;
+        under mask-prompt the labels are read once."""
+        p = self._token_prefix
+        if p is None:
+            per = np.concatenate([self._row_tokens(k) for k in range(len(self._batches))] or [np.zeros(0, np.int64)])
+            p = np.zeros(len(per) + 1, dtype=np.int64)
+            np.cumsum(per, out=p[1:])
+            self._token_prefix = p
+        return p
+
+    def _row_tokens(self, k):
         b = self._batches[k]
         n = b["rows"]
         cols = self.batch_columns(k)
         if self._labels in ("mask-pad", "copy"):
             offs = self._arr(b["buffers"]["segments.offsets"], np.int32, n + 1).astype(np.int64)
             base = cols["length"].astype(np.int64) if self._labels == "mask-pad" else self._L
-            per = np.maximum(base - (offs[1:] - offs[:-1]), 0)
-        else:
-            per = np.count_nonzero(cols["labels"][:, 1:] != -100, axis=1)
-        c = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(per, out=c[1:])
-        return c
+            return np.maximum(base - (offs[1:] - offs[:-1]), 0)
+        return np.count_nonzero(cols["labels"][:, 1:] != -100, axis=1).astype(np.int64)
 
     def prefetch(self, max_bytes=1 << 30):
         """Ask the kernel to read the whole shard ahead (one madvise(WILLNEED),
@@ -469,7 +467,7 @@ class ShardFile:
         """Unmap unless arrays made from the mapping are still alive (then
         the mapping lives on until they are gone)."""
         self._cols = [None] * len(self._batches)
-        self._tokens = [None] * len(self._batches)
+        self._token_prefix = None
         self._u8 = None
         try:
             self._mm.close()
