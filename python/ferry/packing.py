@@ -169,6 +169,15 @@ def _unwrap(model):
     return m
 
 
+def _forward_module(cls):
+    """The module of the class whose ``forward`` a model runs (skipping
+    torch's wrapper classes, e.g. FSDP2's ``FSDP<Model>``)."""
+    for c in cls.__mro__:
+        if "forward" in c.__dict__ and not c.__module__.startswith("torch."):
+            return sys.modules.get(c.__module__)
+    return None
+
+
 def _fmt(v):
     return ".".join(str(x) for x in v)
 
@@ -223,11 +232,14 @@ def check_packing(model):
             f"{_fmt(MIN_TORCH_MASKED_4X)}, use attn_implementation='flash_attention_2' on a GPU, or run dataprep "
             "with --mode pad"
         )
-    mod = sys.modules.get(type(m).__module__)
+    base = getattr(m, "base_model", None)
+    base = base if isinstance(base, torch.nn.Module) else m
+    mod = _forward_module(type(base))
     if mod is None or not any(hasattr(mod, f) for f in ("create_causal_mask", "create_sliding_window_causal_mask",
                                                         "create_chunked_causal_mask")):
         raise PackingError(
-            f"{where}: {type(m).__module__} does not build its attention masks with transformers.masking_utils, "
+            f"{where}: {getattr(mod, '__name__', type(base).__module__)} does not build its attention masks with "
+            "transformers.masking_utils, "
             "so ferry cannot rely on its packed-sequence handling: use a model class that does (transformers' "
             "own Llama, Qwen2, Mistral, ... do) or run dataprep with --mode pad"
         )

@@ -420,6 +420,13 @@ def test_refuses_linear_attention_layers_and_they_would_leak(pack_data):
         assert worst > LEAK, "Qwen3-Next isolates packed documents here: check_packing could allow it"
 
 
-def test_check_looks_through_wrappers():
+def test_check_looks_through_wrappers_and_subclasses():
     model = tiny.build("qwen2", "sdpa")
     assert "Qwen2ForCausalLM" in ferry.check_packing(torch.compile(model))
+    # A user's subclass that keeps transformers' forward, and a class made
+    # the way FSDP2's fully_shard makes one (FSDP<Model>, module torch.*).
+    for name, module in (("MyQwen2", __name__), ("FSDPQwen2ForCausalLM", "torch.distributed.fsdp._fully_shard")):
+        cls = type(name, (transformers.Qwen2ForCausalLM,), {"__module__": module})
+        torch.manual_seed(0)
+        assert name in ferry.check_packing(cls._from_config(transformers.Qwen2Config(**tiny.SIZES),
+                                                            attn_implementation="sdpa"))
