@@ -58,8 +58,13 @@ install-python:
 	$(PYTHON) -m pip install -q --no-deps --no-build-isolation --force-reinstall ./python
 	rm -rf python/build python/ferry.egg-info
 
+# The second lane: the packing tests again with the newest transformers 4.x
+# (python/requirements-test-tf4.lock) in front of the venv's 5.x.
+TF4_LANE ?= python/tests/test_packing.py
+
 test-python: build install-python
-	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -q python/
+	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -ra python/
+	FERRY_REQUIRE_TOOLS=1 FERRY_EXPECT_TRANSFORMERS=4. PYTHONPATH=$(FERRY_CACHE)/tf4 $(PYTHON) -m pytest -ra $(TF4_LANE)
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz

@@ -28,6 +28,12 @@ def pytest_report_header(config):
 
 
 def pytest_configure(config):
+    # A lane that asks for a transformers release line (make test's 4.x lane)
+    # must really run it.
+    want = os.environ.get("FERRY_EXPECT_TRANSFORMERS")
+    if want and not _version("transformers").startswith(want):
+        raise pytest.UsageError(f"FERRY_EXPECT_TRANSFORMERS={want} but transformers {_version('transformers')} is "
+                                f"imported (PYTHONPATH={os.environ.get('PYTHONPATH', '')!r})")
     # `make test` runs the tests against the package pip installed from
     # ./python, as users get it, not against the source tree.
     src = os.path.join(REPO, "python", "ferry")
