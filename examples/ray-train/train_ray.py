@@ -22,8 +22,14 @@ themselves; the driver starts it after dataprep (one node; on several nodes
 start one per node, ``ferry-serve --data DIR --ranks ... --socket SOCKET``,
 before ``fit()``).
 
-CPU mode for tests (``--cpu``): a tiny model defined below, gloo and DDP (torch 1.13's FSDP needs CUDA). ``--worker`` runs train_func
-directly under torchrun, without Ray (for machines without Ray installed).
+``--model``: the Hugging Face model, a hub name (default Qwen/Qwen2.5-3B) or
+a local directory (from save_pretrained).
+
+CPU mode for tests (``--cpu``): gloo; a tiny model defined below with DDP, or,
+with ``--model``, that model in float32 sharded with FSDP1 as on the GPUs
+(Ray's ``prepare_model`` refuses FSDP without CUDA, so the CPU path wraps it
+itself). ``--worker`` runs train_func directly under torchrun, without Ray
+(for machines without Ray installed).
 """
 
 import argparse
@@ -153,19 +159,37 @@ def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None)
     return bad
 
 
+def fsdp_cpu(model):
+    """FSDP1 on CPU (gloo): the GPU path's setup, FULL_SHARD with each decoder
+    layer its own unit and use_orig_params, in float32 (no mixed precision)."""
+    import functools
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    layer_cls = {type(m) for m in model.modules() if type(m).__name__.endswith("DecoderLayer")}
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layer_cls)
+    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                use_orig_params=True, device_id=torch.device("cpu"))
+
+
 def build_model(config, device):
     """(model, is_fsdp)."""
-    if config["cpu"]:
+    if config["cpu"] and not config.get("model"):
         torch.manual_seed(config.get("seed", 0))
         model = TinyLM(config.get("vocab_size", 8192)).to(device)
         return torch.nn.parallel.DistributedDataParallel(model), False
-    from ray.train.torch import prepare_model
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(MODEL_NAME, torch_dtype=torch.bfloat16)
+    dtype = torch.float32 if config["cpu"] else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(config.get("model") or MODEL_NAME, dtype=dtype)
     model.config.use_cache = False
     if ferry.read_manifest(config["data_dir"]).mode == "pack":
         print(ferry.check_packing(model), flush=True)  # refuses a model that would mix packed examples
+    if config["cpu"]:
+        return fsdp_cpu(model), True
+    from ray.train.torch import prepare_model
+
     # FSDP instead of the seed's DDP, so the checkpoint is sharded.
     model = prepare_model(model, parallel_strategy="fsdp",
                           parallel_strategy_kwargs={"use_orig_params": True})
@@ -240,7 +264,7 @@ def train_func(config: dict):
         import mlflow
 
         mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID"))
-        mlflow.log_params({"model": MODEL_NAME, "lr": config["lr"], "batch_size": config["batch_size"],
+        mlflow.log_params({"model": config.get("model") or MODEL_NAME, "lr": config["lr"], "batch_size": config["batch_size"],
                            "labels": labels})
 
     model.train()
@@ -387,6 +411,9 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--input", default="/tmp/ferry-ds/alpaca.parquet", help="Alpaca json/jsonl/parquet (or s3://)")
     ap.add_argument("--tokenizer", default="/tmp/ferry-tok", help="directory with tokenizer.json")
+    ap.add_argument("--model", default=None,
+                    help=f"Hugging Face model: hub name or local directory (default {MODEL_NAME}; "
+                         "with --cpu: the tiny test model unless given)")
     ap.add_argument("--seq-len", type=int, default=MAX_SEQ_LEN)
     ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default="mask-pad",
                     help="dataprep's training objective: mask-pad (default) puts no loss on the padding; "
@@ -457,9 +484,10 @@ def gpu_workers(args, cluster_resources):
     return workers
 
 
-def main():
-    args = parse_args()
-    config = {"lr": args.lr if not args.cpu else max(args.lr, 1e-2), "batch_size": args.batch_size,
+def main(argv=None):
+    args = parse_args(argv)
+    tiny = args.cpu and not args.model
+    config = {"lr": max(args.lr, 1e-2) if tiny else args.lr, "batch_size": args.batch_size, "model": args.model,
               "max_steps": args.max_steps, "data_dir": args.data_dir, "checkpoint_dir": args.checkpoint_dir,
               "cpu": args.cpu, "vocab_size": args.vocab_size, "serve": args.serve, "save_every": args.save_every}
     if args.worker:
@@ -472,7 +500,9 @@ def main():
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    ray.init(address="auto")
+    own_ray = not ray.is_initialized()  # a caller (the e2e test) may have connected already
+    if own_ray:
+        ray.init(address="auto")
     workers = gpu_workers(args, ray.cluster_resources())
     check_shared_paths(args, sum(1 for n in ray.nodes() if n.get("Alive")))
     print(f"Ray cluster ready: {workers} worker(s)", flush=True)
@@ -497,7 +527,9 @@ def main():
             daemon.wait()
     print(f"Training finished. Final metrics: {result.metrics}", flush=True)
     run_ckptmerge(args)
-    ray.shutdown()
+    if own_ray:
+        ray.shutdown()
+    return result
 
 
 if __name__ == "__main__":
