@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Direct I/O: a local output file is assembled in aligned spans in user
@@ -23,6 +21,11 @@ import (
 // alignment (statx STATX_DIOALIGN: tmpfs, many FUSE and network file
 // systems) or refuses an aligned write, the merge falls back to buffered
 // writes.
+//
+// Direct I/O and in-kernel copies are Linux fast paths (direct_linux.go);
+// on other systems openDirect reports "unsupported" and every local file
+// is written through the buffered path (direct_other.go), with the same
+// bytes as the result.
 
 // directAlign is the alignment of span offsets, lengths and buffers; the
 // file system's own (dio_offset_align, dio_mem_align) must divide it.
@@ -36,31 +39,6 @@ const (
 	IOBuffered = "buffered"        // positioned writes from user buffers
 	IOStreamed = "streamed"        // in order, through a non-positioned sink (S3)
 )
-
-// openDirect opens path for O_DIRECT writes, or returns nil when the file
-// system does not support direct I/O with alignments dividing directAlign.
-func openDirect(path string) *os.File {
-	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0)
-	if err != nil {
-		return nil
-	}
-	var st unix.Statx_t
-	err = unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st)
-	if err != nil || st.Mask&unix.STATX_DIOALIGN == 0 || !divides(st.Dio_mem_align, directAlign) || !divides(st.Dio_offset_align, directAlign) {
-		f.Close()
-		return nil
-	}
-	return f
-}
-
-func divides(a uint32, n int) bool { return a > 0 && n%int(a) == 0 }
-
-// spanBuf maps n bytes (a multiple of directAlign) of anonymous memory:
-// page-aligned as O_DIRECT needs, and outside the Go heap, so the span
-// buffers do not raise the garbage collector's heap goal.
-func spanBuf(n int) ([]byte, error) {
-	return unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-}
 
 // directWriteAt writes one span through the O_DIRECT descriptor (a
 // variable so that tests can make the file system refuse it).
@@ -172,7 +150,7 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 				fail(fmt.Errorf("%s: span buffer: %w", name, err))
 				return
 			}
-			defer unix.Munmap(buf)
+			defer freeSpanBuf(buf)
 			var sc spanScratch
 			for {
 				i := next.Add(1) - 1

@@ -23,6 +23,9 @@
 // with copy_file_range and the rest through buffers, with positioned
 // writes and a background fsync every 256 MiB; non-local sinks (S3) get
 // the same buffers in file order. Result.Files[i].IO names the path taken.
+// Direct I/O and copy_file_range are Linux's; on other systems (macOS) a
+// local output is always written buffered (IOBuffered), with the same
+// bytes.
 //
 // # Use
 //

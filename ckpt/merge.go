@@ -60,12 +60,17 @@ type MergeOptions struct {
 	// of aligned spans, used where the file system supports it).
 	NoDirectIO bool
 	// NoKernelCopy disables the in-kernel copy_file_range of contiguous
-	// chunk ranges into a local output written without direct I/O.
+	// chunk ranges into a local output written without direct I/O. Only
+	// Linux has the in-kernel copy; elsewhere it is always disabled.
 	NoKernelCopy bool
 	// OnProgress, when set, is called with the number of bytes just
 	// written; it must be safe for concurrent use.
 	OnProgress func(n int64)
 }
+
+// kernelCopy reports whether local outputs written without direct I/O
+// take in-kernel copies (IOKernel).
+func (o *MergeOptions) kernelCopy() bool { return kernelCopySupported && !o.NoKernelCopy }
 
 // FileResult describes one written file.
 type FileResult struct {
@@ -674,7 +679,7 @@ func writeFile(ctx context.Context, f *OutFile, sink Sink, o *MergeOptions) (pat
 	case dio != nil:
 		path, err = writeFileDirect(ctx, f, lo, dio, fmt.Sprintf("%s/%s", sink, f.Name), o)
 		dio.Close()
-	case lo != nil && !o.NoKernelCopy:
+	case lo != nil && o.kernelCopy():
 		path, err = IOKernel, writeFileBuffered(ctx, f, out, sink, o)
 	case lo != nil:
 		path, err = IOBuffered, writeFileBuffered(ctx, f, out, sink, o)
@@ -751,7 +756,7 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 		g.Go(func() error {
 			var srcBuf, scratch []byte
 			var kc *kernelCopier
-			if lo, ok := out.(*localOut); ok && !o.NoKernelCopy {
+			if lo, ok := out.(*localOut); ok && o.kernelCopy() {
 				kc = &kernelCopier{dstPath: lo.tmp}
 				defer kc.close()
 			}

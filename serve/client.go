@@ -32,8 +32,12 @@ type Client struct {
 }
 
 // Dial connects to the daemon at path, sends hello (its Version is set) and
-// maps the ring it receives.
+// maps the ring it receives. On systems other than Linux it returns an
+// error wrapping ErrUnsupported.
 func Dial(ctx context.Context, path string, hello Hello) (_ *Client, err error) {
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", path)
 	if err != nil {

@@ -165,4 +165,11 @@
 // (MaxSlots, MaxRows, MaxMsgSize, MaxPlanAhead, every run against the
 // served shards' row counts) before using it. Slices into a ring or a
 // mapped shard are valid until the Client, Server or Dataset is closed.
+//
+// # Systems
+//
+// The transport (memfd, file seals, eventfd, SOCK_SEQPACKET) is Linux's.
+// The package builds everywhere, but on other systems NewServer and Dial
+// return an error wrapping ErrUnsupported; the direct loader needs none of
+// it.
 package serve

@@ -109,6 +109,10 @@ var (
 	ErrLimit = errors.New("serve: over limit")
 	// ErrClosed reports use of a closed client or server.
 	ErrClosed = errors.New("serve: closed")
+	// ErrUnsupported is returned by NewServer and Dial on systems other
+	// than Linux: the transport needs memfd, file seals, eventfd and
+	// SOCK_SEQPACKET.
+	ErrUnsupported = errors.New("serve: ferry-serve needs Linux: memfd/eventfd")
 )
 
 var le = binary.LittleEndian

@@ -68,8 +68,12 @@ type Server struct {
 	wg       sync.WaitGroup
 }
 
-// NewServer opens the dataset of cfg.Data and maps its shards.
+// NewServer opens the dataset of cfg.Data and maps its shards. On systems
+// other than Linux it returns an error wrapping ErrUnsupported.
 func NewServer(ctx context.Context, cfg Config) (*Server, error) {
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
 	cfg.defaults()
 	if cfg.Data == "" {
 		return nil, errors.New("serve: Config.Data (the dataprep output) is empty")

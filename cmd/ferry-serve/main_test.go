@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,7 +61,11 @@ func TestUsage(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	if code := mainErr([]string{"--data", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "s")}, &buf); code != 1 || !strings.Contains(buf.String(), "manifest.json") {
+	want := "manifest.json"
+	if runtime.GOOS != "linux" {
+		want = "ferry-serve needs Linux: memfd/eventfd"
+	}
+	if code := mainErr([]string{"--data", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "s")}, &buf); code != 1 || !strings.Contains(buf.String(), want) {
 		t.Errorf("empty data dir: exit %d\n%s", code, buf.String())
 	}
 }
@@ -92,6 +97,9 @@ type daemon struct {
 
 func startDaemon(t *testing.T, data string) *daemon {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("ferry-serve needs Linux: memfd/eventfd")
+	}
 	d := &daemon{sock: filepath.Join(t.TempDir(), "serve.sock")}
 	d.cmd = exec.Command(os.Args[0], "--data", data, "--socket", d.sock)
 	d.cmd.Env = append(os.Environ(), "FERRY_SERVE_TEST_MAIN=1")

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package smallfs mounts small, real file systems for tests that need a
 // disk to fill up: a tmpfs, or an ext4 image on a loop device (ext4 has
 // what tmpfs lacks, such as direct I/O). Mounting needs root (or

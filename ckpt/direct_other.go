@@ -1,0 +1,14 @@
+//go:build !linux
+
+package ckpt
+
+import "os"
+
+// kernelCopySupported: without copy_file_range(2), os.File.ReadFrom is a
+// user-space copy, so the merge takes the buffered path and says so.
+const kernelCopySupported = false
+
+// openDirect reports that direct I/O is unsupported (there is no statx
+// STATX_DIOALIGN to learn the alignment from): local files are written
+// buffered.
+func openDirect(path string) *os.File { return nil }
