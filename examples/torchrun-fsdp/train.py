@@ -19,9 +19,15 @@ three changes:
 3. After training, ``ckptmerge`` turns the last checkpoint into Hugging Face
    safetensors on the volume (train.yaml).
 
-Runs on CPU too, for tests and laptops: ``--tiny`` (never chosen by itself:
-without CUDA and without ``--tiny`` the script stops) trains a tiny causal LM
-defined below, with gloo and DDP, and still saves a DCP checkpoint.
+Runs on CPU too, for tests and laptops (never chosen by itself: without
+CUDA and without ``--cpu`` or ``--tiny`` the script stops):
+
+- ``--cpu``: the seed's code path on CPU with gloo: ``from_pretrained``
+  of ``--model-name`` (a local directory with a small model, e.g. a
+  random-init Llama sized for the Llama-3.1 tokenizer), the seed's FSDP1
+  wrapping, the DCP checkpoints, MLflow, ckptmerge.
+- ``--tiny``: a tiny causal LM defined below, with gloo and DDP (no
+  transformers needed); still saves a DCP checkpoint.
 
 Hyperparameters come from the YAML block ``air`` materializes
 (HYPERPARAMETERS_PATH); command-line flags override them.
@@ -91,17 +97,30 @@ def parse_args(argv=None):
                     help="tokenizer.json DATA_DIR must have been made with (checked by sha256)")
     ap.add_argument("--check-data", action="store_true",
                     help="only check DATA_DIR against --tokenizer-dir, --max-seq-len and --labels, then exit")
+    ap.add_argument("--cpu", action="store_true", default=bool(p.get("cpu", False)),
+                    help="CPU mode with the real model path: from_pretrained(--model-name, e.g. a local tiny "
+                         "model dir), gloo, the seed's FSDP (tests, laptops; never chosen by itself)")
+    ap.add_argument("--mixed-precision", choices=["auto", "bf16", "fp32"],
+                    default=p.get("mixed_precision", "auto"),
+                    help="FSDP MixedPrecision: bf16 (the seed's), fp32 (none); auto = bf16 on CUDA, on CPU only "
+                         "when it has native bf16 (avx512_bf16 / amx_bf16)")
     ap.add_argument("--tiny", action="store_true", default=bool(p.get("tiny", False)),
                     help="CPU mode: tiny model, gloo, DDP (tests; never chosen by itself)")
     ap.add_argument("--vocab-size", type=int, default=int(p.get("vocab_size", 8192)),
                     help="tiny model vocabulary (ids are folded into it)")
     ap.add_argument("--metrics-file", default=p.get("metrics_file"), help="rank 0 appends one JSON line per step")
     ap.add_argument("--save-reference", default=None,
-                    help="tests: rank 0 torch.saves the final full model state here")
+                    help="tests: rank 0 torch.saves the final full model state here (FSDP: gathered as the "
+                         "seed gathers it, FULL_STATE_DICT on rank 0)")
+    ap.add_argument("--sample-log", default=None, metavar="DIR",
+                    help="tests: every rank appends one JSON line per micro-batch to DIR/rank-R.jsonl: the "
+                         "optimizer step it belongs to and the source record index of each row")
     a = ap.parse_args(argv)
-    if not a.tiny and not a.check_data and not torch.cuda.is_available():
+    if a.tiny and a.cpu:
+        ap.error("--tiny and --cpu exclude each other")
+    if not (a.tiny or a.cpu) and not a.check_data and not torch.cuda.is_available():
         ap.error("CUDA is not available on this machine: check the GPU driver, or pass --tiny for the CPU "
-                 "test mode (a tiny model, not the real one)")
+                 "test mode (a tiny model, not the real one), or --cpu with a small --model-name")
     if a.checkpoint_dir is None:
         a.checkpoint_dir = os.path.join(a.output_dir, "dcp")
     return a
@@ -161,14 +180,20 @@ def build_model(args, local_rank, device):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_name)
+    on_cpu = device.type == "cpu"
+    bf16 = mixed_precision_bf16(args.mixed_precision, on_cpu)
+    args.precision = "bf16 mixed precision" if bf16 else "fp32"
     kwargs = {}
     pack = ferry.read_manifest(args.data_dir).mode == "pack"
     if pack:
         # Packed rows: ferry's batches keep the examples apart on every
         # attention implementation (ferry.check_packing below says so or
         # refuses); flash-attention-2 is the fastest (needs flash-attn).
-        kwargs["attn_implementation"] = "flash_attention_2"
-    model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16, **kwargs)
+        kwargs["attn_implementation"] = "sdpa" if on_cpu else "flash_attention_2"
+    # The seed loads bf16 weights; without bf16 (a CPU without native bf16)
+    # the weights stay fp32.
+    model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16 if bf16 else torch.float32,
+                                                 **kwargs)
     if pack:
         print(ferry.check_packing(model), flush=True)
     model.config.use_cache = False  # incompatible with gradient checkpointing / FSDP training
@@ -183,11 +208,32 @@ def build_model(args, local_rank, device):
             param_dtype=torch.bfloat16,
             reduce_dtype=torch.bfloat16,
             buffer_dtype=torch.bfloat16,
-        ),
-        device_id=local_rank,
+        ) if bf16 else None,
+        device_id=device if on_cpu else local_rank,
         use_orig_params=True,
     )
     return model, True, tokenizer
+
+
+def cpu_has_native_bf16():
+    """Whether this CPU computes in bf16 natively (AVX512-BF16 or AMX)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def mixed_precision_bf16(choice, on_cpu):
+    """bf16 mixed precision (the seed's) or none (fp32). On CPU, gloo runs
+    FSDP's bf16 all-gathers and reduce-scatters, but a CPU without native
+    bf16 emulates every bf16 matmul: about 10x slower than fp32 for the tiny
+    test model (measured on a 2-core AVX2 machine), so "auto" keeps fp32
+    there."""
+    if choice == "auto":
+        return not on_cpu or cpu_has_native_bf16()
+    return choice == "bf16"
 
 
 def tokenizer_sha256(tokenizer_dir):
@@ -298,6 +344,37 @@ def try_resume(args, model, optimizer, loader, rank):
     return int(state["step"])
 
 
+def log_samples(f, loader, block, batch, step):
+    """One JSON line: the optimizer step this micro-batch belongs to, and for
+    each row its source record (dataprep's segments; pad mode: one per row)
+    and a crc32 of its input_ids (what the model got)."""
+    import zlib
+
+    shard, row, rows = block
+    sf = loader.shards.shard(shard)
+    ids = batch["input_ids"].numpy()
+    f.write(json.dumps({"step": step, "epoch": loader.epoch,
+                        "samples": [[s for s, _, _ in sf.segments(r)] for r in range(row, row + rows)],
+                        "crc": [zlib.crc32(ids[i].tobytes()) for i in range(rows)]}) + "\n")
+    f.flush()
+
+
+def save_reference(path, model, is_fsdp, rank):
+    """The final full model state on rank 0, for tests (FSDP: gathered the
+    way the seed gathers it for its save_pretrained)."""
+    if is_fsdp:
+        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
+                                  FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
+            state = model.state_dict()
+    else:
+        state = model.module.state_dict()
+    if rank == 0:
+        torch.save({k: v.detach().clone() for k, v in state.items()}, path)
+
+
 def main():
     args = parse_args()
     if args.check_data:
@@ -309,7 +386,7 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
 
-    if args.tiny:
+    if args.tiny or args.cpu:
         dist.init_process_group(backend="gloo")
         device = torch.device("cpu")
     else:
@@ -332,7 +409,8 @@ def main():
         print(f"World size={world_size} | model={'tiny' if args.tiny else args.model_name} | data={args.data_dir} "
               f"({m.mode}, seq_len {m.seq_len}, {m.ranks} shards x {m.rows_per_rank} rows, "
               f"{loader.steps_per_epoch} batches per rank per epoch) | feed={feed} | labels={m.labels}"
-              f"{' (seed parity: loss on the pads too)' if m.labels == 'copy' else ''}", flush=True)
+              f"{' (seed parity: loss on the pads too)' if m.labels == 'copy' else ''}"
+              f"{f' | FSDP {args.precision}' if is_fsdp else ''}", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step = try_resume(args, model, optimizer, loader, rank)
@@ -346,6 +424,11 @@ def main():
         mlflow.log_params({"model_name": args.model_name, "lr": args.lr, "batch_size": args.batch_size,
                            "world_size": world_size, "data_dir": args.data_dir, "labels": loader.manifest.labels})
 
+    sample_log = None
+    if args.sample_log:
+        os.makedirs(args.sample_log, exist_ok=True)
+        sample_log = open(os.path.join(args.sample_log, f"rank-{rank}.jsonl"), "a")
+
     # --- Training loop -------------------------------------------------------
     model.train()
     optimizer.zero_grad()
@@ -353,7 +436,11 @@ def main():
     last_saved = step if step else None
     t_start = time.time()
     while step < args.max_steps:
-        for batch in loader:  # epochs roll over by themselves (new seeded order each epoch)
+        # This iteration's batches, (shard, first row, rows) each: for --sample-log.
+        schedule = loader.schedule() if sample_log else None
+        for j, batch in enumerate(loader):  # epochs roll over by themselves (new seeded order each epoch)
+            if sample_log:
+                log_samples(sample_log, loader, schedule[j], batch, step + 1)
             # non_blocking copy; ids/labels -> int64 on the device. A served
             # batch is valid until the next one is requested: use it in this step.
             batch = ferry.to_device(batch, device)
@@ -393,8 +480,10 @@ def main():
         # config.json + tokenizer files for `ckptmerge --config-from`.
         meta = os.path.join(args.checkpoint_dir, "hf-meta")
         save_hf_meta(meta, model.module.config, tokenizer, model.module.generation_config)
-    if args.save_reference and not is_fsdp and rank == 0:
-        torch.save({k: v.detach().clone() for k, v in model.module.state_dict().items()}, args.save_reference)
+    if args.save_reference:
+        save_reference(args.save_reference, model, is_fsdp, rank)
+    if sample_log:
+        sample_log.close()
     if use_mlflow:
         mlflow.end_run()
 
