@@ -46,7 +46,9 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# dataprep and ckptmerge also build for Windows (ferry-serve is Linux-only).
 lint: vet cross fmt-check
+	GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/dataprep ./cmd/ckptmerge
 	@if [ -x "$(GOBIN_DIR)/staticcheck" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); then \
 		"$(GOBIN_DIR)/staticcheck" ./...; \
 	else echo "lint: staticcheck $(STATICCHECK_VERSION) could not be installed from the module proxy"; exit 1; fi

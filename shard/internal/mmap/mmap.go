@@ -1,12 +1,11 @@
 // Package mmap maps whole files read-only into memory. It is the only place
-// in shard/ that makes system calls.
+// in shard/ that makes system calls. On systems without mmap (Windows) Map
+// reads the file into the Go heap instead, with the same contract.
 package mmap
 
 import (
 	"fmt"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // Map maps f read-only and returns its bytes and a function that unmaps
@@ -23,7 +22,7 @@ func Map(f *os.File) ([]byte, func() error, error) {
 	if size != int64(int(size)) {
 		return nil, nil, fmt.Errorf("mmap %s: file of %d bytes is not addressable", f.Name(), size)
 	}
-	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	b, err := mapFile(f, int(size))
 	if err != nil {
 		return nil, nil, fmt.Errorf("mmap %s: %w", f.Name(), err)
 	}
@@ -33,6 +32,6 @@ func Map(f *os.File) ([]byte, func() error, error) {
 			return nil
 		}
 		done = true
-		return unix.Munmap(b)
+		return unmap(b)
 	}, nil
 }
