@@ -44,10 +44,14 @@ def daemon(serve_bin, tmp_path):
 
 
 def ring_maps(pid):
-    """Mappings of ferry-serve rings and of any /dev/shm file in process pid."""
+    """Mappings of ferry-serve rings and of any /dev/shm file in process pid,
+    leaving out the POSIX semaphores (/dev/shm/sem.*) that Python's
+    multiprocessing locks map (tqdm, which transformers and datasets import,
+    makes one): they are not ferry's."""
     with open(f"/proc/{pid}/maps") as fh:
         lines = fh.read().splitlines()
-    return [l for l in lines if "memfd:ferry-serve" in l], [l for l in lines if "/dev/shm/" in l]
+    return ([l for l in lines if "memfd:ferry-serve" in l],
+            [l for l in lines if "/dev/shm/" in l and "/dev/shm/sem." not in l])
 
 
 def ring_fds(pid):
