@@ -132,33 +132,6 @@ def clip_grad_norm(model, max_norm):
     return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
-def tokenizer_sha256(tokenizer_dir):
-    """sha256 of tokenizer.json, as dataprep records it in manifest.json."""
-    import hashlib
-
-    path = tokenizer_dir if tokenizer_dir.endswith(".json") else os.path.join(tokenizer_dir, "tokenizer.json")
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):
-    """What in an existing dataprep output differs from what this job asks
-    for (tokenizer, seq_len, labels); [] when it fits. (Another shard count
-    is fine: ferry.Loader re-splits the same global order.)"""
-    m = ferry.read_manifest(data_dir)
-    bad = []
-    if tokenizer_dir is not None:
-        want = tokenizer_sha256(tokenizer_dir)
-        have = (m.tokenizer or {}).get("sha256")
-        if have != want:
-            bad.append(f"tokenizer sha256 {str(have)[:12]}... != {want[:12]}... ({tokenizer_dir})")
-    if seq_len is not None and m.seq_len != seq_len:
-        bad.append(f"seq_len {m.seq_len} != {seq_len}")
-    if labels is not None and m.labels != labels:
-        bad.append(f"labels {m.labels} != {labels}")
-    return bad
-
-
 def fsdp_cpu(model):
     """FSDP1 on CPU (gloo): the GPU path's setup, FULL_SHARD with each decoder
     layer its own unit and use_orig_params, in float32 (no mixed precision)."""
@@ -329,7 +302,7 @@ def run_dataprep(args, ranks):
     (or, with --rebuild-data, made again)."""
     force = False
     if os.path.exists(os.path.join(args.data_dir, "manifest.json")):
-        bad = data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels)
+        bad = ferry.data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels)
         records = ferry.read_manifest(args.data_dir).stats.get("records_read")
         if getattr(args, "max_samples", 0) and records != args.max_samples:
             bad.append(f"{records} records != --max-samples {args.max_samples}")

@@ -236,37 +236,10 @@ def mixed_precision_bf16(choice, on_cpu):
     return choice == "bf16"
 
 
-def tokenizer_sha256(tokenizer_dir):
-    """sha256 of tokenizer.json, as dataprep records it in manifest.json."""
-    import hashlib
-
-    path = tokenizer_dir if tokenizer_dir.endswith(".json") else os.path.join(tokenizer_dir, "tokenizer.json")
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):
-    """What in an existing dataprep output differs from what this job asks
-    for (tokenizer, seq_len, labels); [] when it fits. (Another shard count
-    is fine: ferry.Loader re-splits the same global order.)"""
-    m = ferry.read_manifest(data_dir)
-    bad = []
-    if tokenizer_dir is not None:
-        want = tokenizer_sha256(tokenizer_dir)
-        have = (m.tokenizer or {}).get("sha256")
-        if have != want:
-            bad.append(f"tokenizer sha256 {str(have)[:12]}... != {want[:12]}... ({tokenizer_dir})")
-    if seq_len is not None and m.seq_len != int(seq_len):
-        bad.append(f"seq_len {m.seq_len} != {seq_len}")
-    if labels is not None and m.labels != labels:
-        bad.append(f"labels {m.labels} != {labels}")
-    return bad
-
-
 def check_data_dir(args):
     """Stop with a clear message when DATA_DIR was made for another tokenizer,
     seq_len or labels policy (a reused data_dir of an earlier job)."""
-    bad = data_dir_mismatches(args.data_dir, args.tokenizer_dir, args.max_seq_len, args.labels)
+    bad = ferry.data_dir_mismatches(args.data_dir, args.tokenizer_dir, args.max_seq_len, args.labels)
     if bad:
         raise SystemExit(f"{args.data_dir} was made for other data: {'; '.join(bad)}. Point data_dir at a new "
                          "directory (dataprep makes it), or delete this one.")

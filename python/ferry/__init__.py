@@ -22,6 +22,8 @@ Public API:
   :func:`causal_lm_loss`, :func:`loss_tokens` - HF's causal-LM loss and its
   token count, for models that are not transformers models (see
   :mod:`ferry.packing`).
+* :func:`data_dir_mismatches` - what a reused dataprep output was made for
+  that a job does not want (tokenizer, seq_len, labels).
 * :class:`ShardSet`, :func:`read_manifest` - the validated manifest and the
   mapped shards, for tools and tests.
 * :func:`to_hf_dataset` - one shard as a Hugging Face ``datasets.Dataset``
@@ -38,7 +40,7 @@ from .loader import DataLoader, Loader, to_device
 from .order import EpochOrder
 from .packing import causal_lm_loss, check_packing, loss_tokens
 from .serve_client import DaemonGone, ServeError, ServeLoader
-from .shards import Manifest, ShardFile, ShardSet, read_manifest
+from .shards import Manifest, ShardFile, ShardSet, data_dir_mismatches, read_manifest
 
 __all__ = [
     "DaemonGone",
@@ -61,6 +63,7 @@ __all__ = [
     "causal_lm_loss",
     "check_packing",
     "loss_tokens",
+    "data_dir_mismatches",
     "read_manifest",
     "resolve_dist",
     "to_device",

@@ -241,6 +241,30 @@ class Manifest:
         return h.hexdigest()[:32]
 
 
+def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):
+    """What in an existing dataprep output differs from what a job asks for:
+    the tokenizer (``tokenizer_dir`` or a ``tokenizer.json`` path, compared
+    by the sha256 dataprep records), ``seq_len`` and the ``labels`` policy;
+    ``[]`` when it fits. Another shard count is fine: the loader re-splits
+    the same global order."""
+    m = read_manifest(data_dir)
+    bad = []
+    if tokenizer_dir is not None:
+        path = os.fspath(tokenizer_dir)
+        if not path.endswith(".json"):
+            path = os.path.join(path, "tokenizer.json")
+        with open(path, "rb") as fh:
+            want = hashlib.sha256(fh.read()).hexdigest()
+        have = (m.tokenizer or {}).get("sha256")
+        if have != want:
+            bad.append(f"tokenizer sha256 {str(have)[:12]}... != {want[:12]}... ({tokenizer_dir})")
+    if seq_len is not None and m.seq_len != int(seq_len):
+        bad.append(f"seq_len {m.seq_len} != {seq_len}")
+    if labels is not None and m.labels != labels:
+        bad.append(f"labels {m.labels} != {labels}")
+    return bad
+
+
 def read_manifest(directory):
     """Parse and validate ``directory/manifest.json``."""
     path = os.path.join(os.fspath(directory), "manifest.json")

@@ -235,10 +235,12 @@ def test_torchrun_logs_and_checks_labels(fsdp_ex, monkeypatch, tools, toks, tmp_
 # --- defect 6: stale data_dir, no auto-resume of an old run ------------------
 
 def test_stale_data_dir_is_refused_or_rebuilt(ray_ex, fsdp_ex, tools, toks, tmp_path, monkeypatch):
+    import ferry
+
     args = ray_args(tools, toks, tmp_path)
     ray_ex.run_dataprep(args, 2)
-    assert ray_ex.data_dir_mismatches(args.data_dir, toks.qwen, 64, "mask-pad") == []
-    bad = ray_ex.data_dir_mismatches(args.data_dir, toks.llama, 128, "copy")
+    assert ferry.data_dir_mismatches(args.data_dir, toks.qwen, 64, "mask-pad") == []
+    bad = ferry.data_dir_mismatches(args.data_dir, toks.llama, 128, "copy")
     assert len(bad) == 3 and bad[0].startswith("tokenizer sha256") and bad[1] == "seq_len 64 != 128", bad
     with pytest.raises(SystemExit, match="was made for other data: tokenizer sha256"):
         ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, tokenizer=toks.llama), 2)
