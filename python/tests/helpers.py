@@ -144,3 +144,40 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         return self.proc.wait(timeout=30)
+
+
+def need(what, ok):
+    """Fail (under FERRY_REQUIRE_TOOLS=1, as in `make test`) or skip when a
+    tool or module a test needs is missing."""
+    import pytest
+
+    if ok:
+        return
+    if os.environ.get("FERRY_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"{what} (FERRY_REQUIRE_TOOLS=1; scripts/setup-test-deps installs it)")
+    pytest.skip(what)
+
+
+def import_or_need(name):
+    """The module called name, or need() says it is missing."""
+    try:
+        return __import__(name)
+    except ImportError as e:
+        need(f"this Python cannot import {name}: {e}", False)
+
+
+def read_maybe_zstd(path):
+    """The bytes of path, decompressed when it ends in .zst (zstd CLI, or the
+    zstandard module when present)."""
+    if not path.endswith(".zst"):
+        with open(path, "rb") as f:
+            return f.read()
+    exe = shutil.which("zstd")
+    if exe:
+        return subprocess.run([exe, "-dcq", path], check=True, capture_output=True).stdout
+    try:
+        import zstandard
+    except ImportError:
+        need(f"cannot decompress {path}: no zstd on PATH and no zstandard module", False)
+    with open(path, "rb") as f:
+        return zstandard.ZstdDecompressor().stream_reader(f).read()

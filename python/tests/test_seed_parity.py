@@ -35,12 +35,11 @@ import ast
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 
-from helpers import REPO, build_go_tool
+from helpers import REPO, build_go_tool, import_or_need, read_maybe_zstd
 
 SEEDS = os.path.join(REPO, "python", "tests", "seeds")
 MARKER = "# ---- end of header: below, the seed's text verbatim ----\n"
@@ -78,37 +77,6 @@ SEED = {
     },
 }
 SEED_SEQ_LEN = 1024  # both seeds: MAX_SEQ_LEN = 1024 / parameters.max_seq_len: 1024
-
-
-def need(what, ok):
-    if ok:
-        return
-    if os.environ.get("FERRY_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{what} (FERRY_REQUIRE_TOOLS=1; scripts/setup-test-deps installs it)")
-    pytest.skip(what)
-
-
-def module(name):
-    try:
-        return __import__(name)
-    except ImportError as e:
-        need(f"this Python cannot import {name}: {e}", False)
-
-
-def read_maybe_zstd(path):
-    """The bytes of path, decompressed when it ends in .zst."""
-    if not path.endswith(".zst"):
-        with open(path, "rb") as f:
-            return f.read()
-    exe = shutil.which("zstd")
-    if exe:
-        return subprocess.run([exe, "-dcq", path], check=True, capture_output=True).stdout
-    try:
-        import zstandard
-    except ImportError:
-        need(f"cannot decompress {path}: no zstd on PATH and no zstandard module", False)
-    with open(path, "rb") as f:
-        return zstandard.ZstdDecompressor().stream_reader(f).read()
 
 
 def seed_text(seed):
@@ -187,7 +155,7 @@ _tokenizers = {}
 def seed_tokenizer(model_dir):
     """The seeds' tokenizer set-up (train_func / main), cached per directory."""
     if model_dir not in _tokenizers:
-        AutoTokenizer = module("transformers").AutoTokenizer
+        AutoTokenizer = import_or_need("transformers").AutoTokenizer
         # --- as in both seeds ---
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         if tokenizer.pad_token is None:
@@ -201,7 +169,7 @@ def local_load_dataset(seed, local, workdir, calls):
     """The shim for the seed's ``load_dataset(DATASET_NAME, split=...)``: the
     Hub is unreachable here, so the local JSON sample is loaded with
     datasets' own JSON builder, keeping the seed's split string."""
-    datasets = module("datasets")
+    datasets = import_or_need("datasets")
 
     def load_dataset(name, split=None):
         assert name == SEED[seed]["dataset_name"], name

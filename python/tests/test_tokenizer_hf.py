@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from helpers import REPO, build_go_tool
+from helpers import REPO, build_go_tool, import_or_need, read_maybe_zstd
 
 TOKDIR = os.path.join(REPO, "testdata", "tokenizers")
 CORPUS = os.path.join(TOKDIR, "corpus-dev.jsonl.zst")
@@ -39,38 +39,6 @@ ALPACA = {
     # 24 records longer than 1024 tokens: truncation at the seeds' length.
     "long": os.path.join(REPO, "cmd", "dataprep", "testdata", "alpaca_long.json.zst"),
 }
-
-
-def need(what, ok):
-    if ok:
-        return
-    if os.environ.get("FERRY_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{what} (FERRY_REQUIRE_TOOLS=1; scripts/setup-test-deps installs it)")
-    pytest.skip(what)
-
-
-def hf_module(name):
-    try:
-        return __import__(name)
-    except ImportError as e:
-        need(f"this Python cannot import {name}: {e}", False)
-
-
-def read_maybe_zstd(path):
-    """The bytes of path, decompressed when it ends in .zst (zstd CLI, or the
-    zstandard module when present)."""
-    if not path.endswith(".zst"):
-        with open(path, "rb") as f:
-            return f.read()
-    exe = shutil.which("zstd")
-    if exe:
-        return subprocess.run([exe, "-dcq", path], check=True, capture_output=True).stdout
-    try:
-        import zstandard
-    except ImportError:
-        need(f"cannot decompress {path}: no zstd on PATH and no zstandard module", False)
-    with open(path, "rb") as f:
-        return zstandard.ZstdDecompressor().stream_reader(f).read()
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +78,7 @@ _hf_ids = {}
 @pytest.fixture(scope="module")
 def hf_ids(model_dirs, corpus):
     """(name, special) -> HF tokenizers' ids for every corpus line (cached)."""
-    tokenizers = hf_module("tokenizers")
+    tokenizers = import_or_need("tokenizers")
 
     def get(name, special):
         key = (name, special)
@@ -183,7 +151,7 @@ def seed_tokenizer(model_dir, eos=None):
     then pad_token = eos_token when it has none, as the seeds do."""
     key = (model_dir, eos)
     if key not in _seed_tokenizers:
-        transformers = hf_module("transformers")
+        transformers = import_or_need("transformers")
         kw = {} if eos is None else {"eos_token": eos}
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, **kw)
         if tokenizer.pad_token is None:
