@@ -47,6 +47,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import time
 import numpy as np
 import torch
@@ -260,6 +261,10 @@ class ServeConnection:
         self._sock = None
         self._efd = self._free = -1
         self._mm = None
+        if not sys.platform.startswith("linux"):
+            # The daemon's rings are sealed memfds signalled by eventfds.
+            raise ServeError(f"{self.path}: ferry-serve needs Linux: memfd/eventfd (this is {sys.platform}); "
+                             "use ferry.Loader without serve= to map the shards directly")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         fds = []
         try:

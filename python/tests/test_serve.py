@@ -481,3 +481,12 @@ def test_loader_serve_argument_errors(make_shards, daemon, tmp_path):
     # No daemon on that socket: DaemonGone, naming the socket and the fix.
     with pytest.raises(DaemonGone, match="no ferry-serve at .*nope.sock"):
         ferry.Loader(data, 4, rank=0, world_size=2, serve=str(tmp_path / "nope.sock"))
+
+
+def test_serve_mode_refuses_other_systems(monkeypatch, tmp_path):
+    """Off Linux (no memfd/eventfd) serve= fails at once with what to do,
+    not with an obscure socket or fcntl error."""
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(ServeError, match=r"ferry-serve needs Linux: memfd/eventfd \(this is darwin\); use "
+                                         r"ferry.Loader without serve="):
+        ServeLoader(str(tmp_path / "ferry.sock"), 4, rank=0, world_size=1)
