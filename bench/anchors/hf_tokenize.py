@@ -81,83 +81,33 @@ def usage(msg):
     sys.exit(2)
 
 
-class Options:
-    def __init__(self):
-        self.special = True
-        self.bench = False
-        self.bench_line = False
-        self.runs = 5
-        self.warmup = 1
-        self.batch = 1024
-        self.input = None
-        self.tokenizer = None
-        self.alpaca = False
-        self.eos = None
-        self.max_length = 0
-        self.pad = False
-        self.pad_token = None
-        self.out = "-"
-        self.transformers = False
-
-
-def _int(flag, v):
-    try:
-        return int(v)
-    except ValueError:
-        usage(f"{flag} must be an integer, not {v!r}")
-
-
 def parse_args(argv):
-    o = Options()
-    i = 0
+    """The flags of the module docstring; a bad command line exits 2."""
+    import argparse
 
-    def need():
-        if i + 1 >= len(argv):
-            usage(f"{argv[i]} needs a value")
-        return argv[i + 1]
-
-    while i < len(argv):
-        a = argv[i]
-        if a == "--tokenizer":
-            o.tokenizer = need(); i += 1
-        elif a == "--no-special":
-            o.special = False
-        elif a == "--special":
-            o.special = True
-        elif a == "--bench":
-            o.bench = True
-        elif a == "--bench-line":
-            o.bench_line = True
-        elif a == "--runs":
-            o.runs = _int(a, need()); i += 1
-        elif a == "--warmup":
-            o.warmup = _int(a, need()); i += 1
-        elif a == "--batch":
-            o.batch = _int(a, need()); i += 1
-        elif a == "--alpaca":
-            o.alpaca = True
-        elif a == "--eos":
-            o.eos = need(); i += 1
-        elif a == "--max-length":
-            o.max_length = _int(a, need()); i += 1
-        elif a == "--pad":
-            o.pad = True
-        elif a == "--pad-token":
-            o.pad_token = need(); i += 1
-        elif a == "--out":
-            o.out = need(); i += 1
-        elif a == "--transformers":
-            o.transformers = True
-        elif a in ("-h", "--help"):
-            sys.stdout.write(__doc__)
-            sys.exit(0)
-        elif a.startswith("--"):
-            usage(f"unknown flag {a}")
-        elif o.input is not None:
-            usage("more than one input file")
-        else:
-            o.input = a
-        i += 1
+    ap = argparse.ArgumentParser(prog="hf_tokenize", usage=USAGE.removeprefix("usage: ").rstrip("\n"),
+                                 add_help=False)
+    ap.add_argument("-h", "--help", action="store_true")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--no-special", dest="special", action="store_false")
+    ap.add_argument("--special", dest="special", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--bench-line", action="store_true")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--alpaca", action="store_true")
+    ap.add_argument("--eos")
+    ap.add_argument("--max-length", type=int, default=0)
+    ap.add_argument("--pad", action="store_true")
+    ap.add_argument("--pad-token")
+    ap.add_argument("--out", default="-")
+    ap.add_argument("--transformers", action="store_true")
+    ap.add_argument("input", nargs="?")
+    o = ap.parse_args(argv)
+    if o.help:
+        sys.stdout.write(__doc__)
+        sys.exit(0)
     if not o.tokenizer:
         usage("--tokenizer is required")
     if o.alpaca and o.eos is None and not o.transformers:
