@@ -3,6 +3,8 @@ package shard
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -107,6 +109,8 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 		Input: cfg.Input, Files: make([]FileEntry, cfg.Ranks), Stats: cfg.Stats,
 	}
 	var tokens atomic.Int64 // non-pad tokens over the distinct rows written
+	// Every row's loss-token count, rank-major: loss_tokens.u32.
+	lossTokens := make([]byte, 4*m.TotalRows)
 	layout := Layout{SeqLen: cfg.SeqLen, Mode: cfg.Mode}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cfg.Workers)
@@ -125,6 +129,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 				if p < unique {
 					tok += int64(row.Length)
 				}
+				binary.LittleEndian.PutUint32(lossTokens[4*(rank*rowsPerRank+j):], row.LossTokens())
 				return row, nil
 			}, cfg.Progress)
 			if err != nil {
@@ -155,6 +160,16 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	} else {
 		m.Stats.RowsRepeated = int64(m.TotalRows - unique)
 	}
+	var lossTotal int64
+	for i := 0; i < len(lossTokens); i += 4 {
+		lossTotal += int64(binary.LittleEndian.Uint32(lossTokens[i:]))
+	}
+	sum := sha256.Sum256(lossTokens)
+	m.LossTokens = &SideFile{Path: LossTokensName, Bytes: int64(len(lossTokens)), SHA256: hex.EncodeToString(sum[:]),
+		Total: lossTotal}
+	if err := writeObject(ctx, storage.Join(out, LossTokensName), lossTokens); err != nil {
+		return nil, fmt.Errorf("shard: %s: %w", LossTokensName, err)
+	}
 	if cfg.BeforeManifest != nil {
 		cfg.BeforeManifest(m)
 	}
@@ -174,18 +189,24 @@ func WriteManifest(ctx context.Context, out string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	w, err := storage.Create(ctx, storage.Join(out, ManifestName), storage.WithOverwrite(true))
-	if err != nil {
-		return fmt.Errorf("shard: manifest: %w", err)
-	}
-	defer w.Abort()
-	if _, err := w.Write(data); err != nil {
-		return fmt.Errorf("shard: manifest: %w", err)
-	}
-	if err := w.Commit(); err != nil {
+	if err := writeObject(ctx, storage.Join(out, ManifestName), data); err != nil {
 		return fmt.Errorf("shard: manifest: %w", err)
 	}
 	return nil
+}
+
+// writeObject writes data as loc atomically (temp + rename, or one S3
+// object), replacing any previous one.
+func writeObject(ctx context.Context, loc string, data []byte) error {
+	w, err := storage.Create(ctx, loc, storage.WithOverwrite(true))
+	if err != nil {
+		return err
+	}
+	defer w.Abort()
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	return w.Commit()
 }
 
 // prepareOut refuses an existing result unless force, in which case it
@@ -206,7 +227,7 @@ func prepareOut(ctx context.Context, out string, force bool) error {
 		return fmt.Errorf("shard: %w", err)
 	}
 	stale := func(base string) bool {
-		return strings.HasPrefix(base, "rank-") && strings.HasSuffix(base, ".arrow") ||
+		return base == LossTokensName || strings.HasPrefix(base, "rank-") && strings.HasSuffix(base, ".arrow") ||
 			strings.HasPrefix(base, ".rank-") && strings.Contains(base, ".arrow.ferry-tmp-")
 	}
 	if !storage.IsS3(out) {

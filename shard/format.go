@@ -13,6 +13,9 @@ const (
 	FormatName    = "ferry-shards"
 	FormatVersion = 1
 	ManifestName  = "manifest.json"
+	// LossTokensName is the side file that holds every row's loss-token
+	// count (see Manifest.LossTokens).
+	LossTokensName = "loss_tokens.u32"
 
 	// IgnoreIndex is the label value that carries no loss (PyTorch's
 	// CrossEntropyLoss ignore_index).

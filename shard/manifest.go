@@ -3,10 +3,12 @@ package shard
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +37,22 @@ type Manifest struct {
 	Tokenizer    TokenizerInfo `json:"tokenizer"`
 	Input        string        `json:"input,omitempty"`
 	Files        []FileEntry   `json:"files"`
-	Stats        Stats         `json:"stats"`
+	// LossTokens, when present, describes loss_tokens.u32: every row's
+	// loss-token count (labels[1:] != −100, the tokens HF's causal-LM loss
+	// averages over) as a little-endian uint32, rank-major (rank r's rows
+	// are entries [r·rows_per_rank, (r+1)·rows_per_rank)). A loader counts
+	// an optimizer step's tokens over all ranks from it without opening the
+	// other ranks' shards. Older outputs lack it.
+	LossTokens *SideFile `json:"loss_tokens,omitempty"`
+	Stats      Stats     `json:"stats"`
+}
+
+// SideFile describes a file of the directory beside the shards.
+type SideFile struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	Total  int64  `json:"total"` // the sum of its entries
 }
 
 // TokenizerInfo identifies the tokenizer and its special tokens. A nil ID
@@ -111,6 +128,11 @@ func (m *Manifest) Validate() error {
 	if len(m.Files) != m.Ranks {
 		return bad("%d files for %d ranks", len(m.Files), m.Ranks)
 	}
+	if lt := m.LossTokens; lt != nil {
+		if lt.Path != LossTokensName || lt.Bytes != 4*int64(m.TotalRows) || lt.Total < 0 {
+			return bad("loss_tokens %+v, want path %q, bytes 4 × total_rows = %d", *lt, LossTokensName, 4*int64(m.TotalRows))
+		}
+	}
 	for i, f := range m.Files {
 		if f.Rank != i || f.Path != FileName(i, m.Ranks) {
 			return bad("files[%d] is rank %d %q, want rank %d %q", i, f.Rank, f.Path, i, FileName(i, m.Ranks))
@@ -152,6 +174,56 @@ func DecodeManifest(name string, r io.Reader) (*Manifest, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &m, nil
+}
+
+// ReadLossTokens reads dir's loss_tokens.u32 and checks it against the
+// manifest (size, SHA-256, total): row j of rank r has counts[r][j] loss
+// tokens. It returns ErrMissing-wrapped fs.ErrNotExist when the manifest
+// lists no such file (outputs of older versions).
+func ReadLossTokens(dir string, m *Manifest) ([][]uint32, error) {
+	lt := m.LossTokens
+	if lt == nil {
+		return nil, fmt.Errorf("shard: %s: manifest lists no %s: %w", dir, LossTokensName, fs.ErrNotExist)
+	}
+	p := filepath.Join(dir, lt.Path)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
+	if int64(len(data)) != lt.Bytes {
+		return nil, fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrMismatch, p, len(data), lt.Bytes)
+	}
+	sum := sha256.Sum256(data)
+	if h := hex.EncodeToString(sum[:]); !strings.EqualFold(h, lt.SHA256) {
+		return nil, fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrMismatch, p, h, lt.SHA256)
+	}
+	counts := make([][]uint32, m.Ranks)
+	var total int64
+	for r := range counts {
+		counts[r] = make([]uint32, m.RowsPerRank)
+		for j := range counts[r] {
+			v := binary.LittleEndian.Uint32(data[4*(r*m.RowsPerRank+j):])
+			counts[r][j] = v
+			total += int64(v)
+		}
+	}
+	if total != lt.Total {
+		return nil, fmt.Errorf("%w: %s: entries sum to %d, manifest says %d", ErrMismatch, p, total, lt.Total)
+	}
+	return counts, nil
+}
+
+// LossTokens is the number of a row's tokens that carry loss in HF's
+// causal-LM loss: labels[1:] != −100 (the loss shifts by one, so a row's
+// first label never counts).
+func (r *Row) LossTokens() uint32 {
+	var n uint32
+	for _, l := range r.Labels[min(1, len(r.Labels)):] {
+		if l != IgnoreIndex {
+			n++
+		}
+	}
+	return n
 }
 
 // Encode returns the manifest as indented JSON with a final newline.

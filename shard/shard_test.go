@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -84,6 +86,10 @@ func TestRoundTrip(t *testing.T) {
 			seen := map[int64]int{}
 			var tokens int64
 			var row Row
+			loss, err := ReadLossTokens(dir, m)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for rank := range tc.ranks {
 				_, r, err := OpenDir(dir, rank, WithChecksum())
 				if err != nil {
@@ -98,6 +104,15 @@ func TestRoundTrip(t *testing.T) {
 					}
 					p := j*tc.ranks + rank
 					checkRowT(t, tc.mode, tc.labels, 7, tc.L, exs, &row)
+					want := uint32(0)
+					for _, l := range row.Labels[1:] {
+						if l != -100 {
+							want++
+						}
+					}
+					if loss[rank][j] != want {
+						t.Fatalf("rank %d row %d: %s says %d loss tokens, labels have %d", rank, j, LossTokensName, loss[rank][j], want)
+					}
 					if p < m.UniqueRows {
 						tokens += int64(row.Length)
 						for _, s := range row.Segments {
@@ -387,8 +402,14 @@ func TestExistingOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)
-	if len(ents) != 4 {
-		t.Fatalf("directory holds %d entries, want 3 shards + manifest", len(ents))
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	want := []string{LossTokensName, ManifestName, FileName(0, 3), FileName(1, 3), FileName(2, 3)}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("directory holds %v, want %v", names, want)
 	}
 	CheckArrow(t, dir)
 }
@@ -577,4 +598,41 @@ func FuzzManifest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLossTokensSideFile: loss_tokens.u32 is checked against the manifest
+// (size, checksum, total) and an output without it is reported as such.
+func TestLossTokensSideFile(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := writeSynth(t, dir, ModePack, LabelsMaskPrompt, 200, 32, 3, false, 8)
+	if m.LossTokens == nil || m.LossTokens.Total <= 0 {
+		t.Fatalf("manifest loss_tokens = %+v", m.LossTokens)
+	}
+	p := filepath.Join(dir, LossTokensName)
+	orig, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(orig)
+	bad[5] ^= 1
+	for name, data := range map[string][]byte{"flipped": bad, "truncated": orig[:len(orig)-4]} {
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadLossTokens(dir, m); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: err = %v, want ErrMismatch naming %s", name, err, p)
+		}
+	}
+	old := *m
+	old.LossTokens = nil
+	if _, err := ReadLossTokens(dir, &old); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("no loss_tokens in manifest: err = %v, want fs.ErrNotExist", err)
+	}
+	wrong := *m
+	lt := *m.LossTokens
+	lt.Bytes += 4
+	wrong.LossTokens = &lt
+	if err := wrong.Validate(); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("loss_tokens bytes off by 4: Validate = %v, want ErrCorrupt", err)
+	}
 }

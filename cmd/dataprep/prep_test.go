@@ -532,8 +532,8 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	killAt(t, exe, dir, "first temp file", firstTemp, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--workers", "1", "--batch-rows", "64", "--quiet", "--out", dir)
 	mustPrep(t, "--input", in, "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", dir)
 	ents, _ := os.ReadDir(dir)
-	if len(ents) != 3 {
-		t.Errorf("after a killed run and a good one the directory holds %d entries, want 2 shards + manifest", len(ents))
+	if len(ents) != 4 {
+		t.Errorf("after a killed run and a good one the directory holds %d entries, want 2 shards + %s + manifest", len(ents), shard.LossTokensName)
 	}
 	arrowcheck.CheckDir(t, dir)
 }

@@ -48,8 +48,8 @@ func TestS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) != 3 {
-		t.Fatalf("%d objects under %s, want 2 shards + manifest: %v", len(infos), out, infos)
+	if len(infos) != 4 {
+		t.Fatalf("%d objects under %s, want 2 shards + %s + manifest: %v", len(infos), out, shard.LossTokensName, infos)
 	}
 	for _, in := range infos {
 		rc, _, err := storage.OpenStream(ctx, in.Loc)

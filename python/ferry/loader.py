@@ -68,7 +68,7 @@ from . import dist
 from .errors import StateError
 from .order import EpochOrder
 from .packing import pack_kwargs
-from .shards import ShardSet
+from .shards import ShardSet, read_loss_tokens
 
 STATE_FORMAT = "ferry-loader"
 STATE_VERSION = 1
@@ -98,6 +98,29 @@ class _LoaderMeta(type(torch.utils.data.IterableDataset)):
         from .serve_client import ServeLoader  # imports this module: import late
 
         return ServeLoader.from_loader_args(serve, *args, **kwargs)
+
+
+class _RowCounts:
+    """Per-rank prefix sums of the rows' loss tokens from dataprep's
+    loss_tokens.u32 (one small file, read once)."""
+
+    def __init__(self, counts):
+        self._prefix = np.zeros((counts.shape[0], counts.shape[1] + 1), dtype=np.int64)
+        np.cumsum(counts, axis=1, out=self._prefix[:, 1:])
+
+    def prefix(self, rank):
+        return self._prefix[rank]
+
+
+class _ShardCounts:
+    """The same, counted from the shards themselves (outputs without
+    loss_tokens.u32): every shard must be readable here."""
+
+    def __init__(self, shards):
+        self._shards = shards
+
+    def prefix(self, rank):
+        return self._shards.shard(rank).loss_token_prefix()
 
 
 class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
@@ -212,12 +235,18 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
         else:
             if shards is None:
                 shards = ShardSet(directory, verify="size")
-            files = shards.manifest.files
+            m = shards.manifest
+            if m.loss_tokens is not None and os.path.exists(os.path.join(shards.directory, m.loss_tokens["path"])):
+                # dataprep's per-row counts: no other rank's shard is needed.
+                self._counter = _RowCounts(read_loss_tokens(shards.directory, m))
+                return
+            files = m.files
             missing = [f["path"] for f in files if not os.path.exists(os.path.join(shards.directory, f["path"]))]
             if missing:
-                why = f"{len(missing)} of {len(files)} shards are not in {directory} (e.g. {missing[0]})"
+                why = (f"{len(missing)} of {len(files)} shards are not in {directory} (e.g. {missing[0]}), and it "
+                       "has no loss_tokens.u32 (written by dataprep since this version: copy it with the manifest)")
         if why is None:
-            self._counter = shards
+            self._counter = _ShardCounts(shards)
             return
         msg = (f"{self.manifest.path}: batches carry no num_items_in_batch, so HF's loss takes each micro-batch's "
                f"own token mean: {why}; the step's token count needs every rank's rows")
@@ -241,7 +270,7 @@ class Loader(torch.utils.data.IterableDataset, metaclass=_LoaderMeta):
         R, per = o.R, o.per_shard
         counts = np.zeros((per, R), dtype=np.int64)
         for s in range(R):
-            p = self._counter.shard(s).loss_token_prefix()
+            p = self._counter.prefix(s)
             first = np.empty(per, dtype=np.int64)
             first[:o.full] = o.perm(s) * o.B
             if o.partial:

@@ -57,6 +57,7 @@ from .errors import ManifestError, MissingManifestError, MissingShardError, Shar
 
 FORMAT = "ferry-shards"
 VERSION = 1
+LOSS_TOKENS_NAME = "loss_tokens.u32"
 MAGIC_HEAD = b"ARROW1\x00\x00"
 MAGIC_TAIL = b"ARROW1"
 MODES = ("pad", "pack")
@@ -170,6 +171,18 @@ class Manifest:
             self._check_batches(f, path, where)
             byrank[r] = f
         self.files = [byrank[r] for r in range(self.ranks)]
+        lt = self.loss_tokens = raw.get("loss_tokens")
+        if lt is not None:
+            where = "loss_tokens: "
+            _need(isinstance(lt, dict), path, f"{where}not an object")
+            _need(lt.get("path") == LOSS_TOKENS_NAME, path,
+                  f"{where}path = {lt.get('path')!r}, want {LOSS_TOKENS_NAME!r}")
+            n = _int(lt, "bytes", path, where)
+            _need(n == 4 * self.total_rows, path, f"{where}bytes {n}, want 4 x total_rows = {4 * self.total_rows}")
+            _int(lt, "total", path, where)
+            sha = lt.get("sha256")
+            _need(isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha), path,
+                  f"{where}sha256 = {sha!r}, want 64 lower-case hex digits")
 
     def _check_batches(self, f, path, where):
         batches = f.get("batches")
@@ -239,6 +252,31 @@ class Manifest:
         }
         h.update(json.dumps(key, sort_keys=True).encode())
         return h.hexdigest()[:32]
+
+
+def read_loss_tokens(directory, manifest=None):
+    """Every row's loss-token count from ``directory/loss_tokens.u32``: an
+    int64 array of shape (ranks, rows_per_rank), checked against the
+    manifest (size, sha256, total). A row's count is ``labels[1:] != -100``.
+    None when the manifest lists no such file (older dataprep outputs)."""
+    m = manifest if manifest is not None else read_manifest(directory)
+    lt = m.loss_tokens
+    if lt is None:
+        return None
+    path = os.path.join(os.fspath(directory), lt["path"])
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(lt["bytes"] + 1)
+    except FileNotFoundError:
+        raise MissingShardError(f"{path}: listed in {m.path} but does not exist") from None
+    if len(data) != lt["bytes"]:
+        raise ShardError(f"{path}: {len(data)} bytes, {m.path} says {lt['bytes']}")
+    if hashlib.sha256(data).hexdigest() != lt["sha256"]:
+        raise ShardError(f"{path}: sha256 differs from {m.path}'s (corrupt or from another run)")
+    counts = np.frombuffer(data, dtype="<u4").astype(np.int64).reshape(m.ranks, m.rows_per_rank)
+    if int(counts.sum()) != lt["total"]:
+        raise ShardError(f"{path}: entries sum to {int(counts.sum())}, {m.path} says {lt['total']}")
+    return counts
 
 
 def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):

@@ -1,7 +1,9 @@
 """ferry.Loader: zero copy, coverage, order, resume (also on another world
 size), DataLoader workers. Shards come from the Go generator (see conftest)."""
 
+import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -204,12 +206,42 @@ def test_world_size_equal_to_ranks_maps_only_own_shard(make_shards):
     ld = ferry.Loader(d, 2, rank=2, world_size=4, num_items_in_batch=False)
     list(ld)
     assert [f is not None for f in ld.shards._files] == [False, False, True, False]
-    # num_items_in_batch (the default) counts every rank's loss tokens: the
-    # other shards are mapped too, and only their small length and segment
-    # columns are read (mask-pad labels).
+    # num_items_in_batch (the default) counts every rank's loss tokens from
+    # dataprep's loss_tokens.u32: still only the own shard is mapped.
     ld = ferry.Loader(d, 2, rank=2, world_size=4)
-    list(ld)
+    want = [b["num_items_in_batch"].item() for b in ld]
+    assert [f is not None for f in ld.shards._files] == [False, False, True, False]
+    # An output without it (older dataprep): the counts come from the other
+    # shards' small length and segment columns, so they are mapped too.
+    os.remove(os.path.join(d, "loss_tokens.u32"))
+    ld = ferry.Loader(d, 2, rank=2, world_size=4)
+    assert [b["num_items_in_batch"].item() for b in ld] == want
     assert all(f is not None for f in ld.shards._files)
+
+
+def test_num_items_on_a_node_with_only_its_own_shards(make_shards, tmp_path):
+    """A node that holds only its ranks' shards, the manifest and
+    loss_tokens.u32 (node-local disks) gets the same num_items_in_batch as
+    one that holds them all; a corrupt loss_tokens.u32 fails, naming it."""
+    d = make_shards(ranks=4, rows=64, seq_len=8)
+    node = tmp_path / "node1"
+    node.mkdir()
+    for name in ["manifest.json", "loss_tokens.u32", "rank-00002-of-00004.arrow", "rank-00003-of-00004.arrow"]:
+        shutil.copy(os.path.join(d, name), node / name)
+    for rank in (2, 3):
+        want = [b["num_items_in_batch"].item() for b in ferry.Loader(d, 2, rank=rank, world_size=4)]
+        got = [b["num_items_in_batch"].item() for b in ferry.Loader(node, 2, rank=rank, world_size=4)]
+        assert got == want
+    data = bytearray((node / "loss_tokens.u32").read_bytes())
+    data[0] ^= 1
+    (node / "loss_tokens.u32").write_bytes(bytes(data))
+    with pytest.raises(ferry.ShardError, match=r"node1/loss_tokens.u32: sha256 differs"):
+        ferry.Loader(node, 2, rank=2, world_size=4)
+    # Without the file, such a node cannot count the step: a warning says why.
+    (node / "loss_tokens.u32").unlink()
+    with pytest.warns(UserWarning, match=r"2 of 4 shards are not in .*no loss_tokens.u32"):
+        b = next(iter(ferry.Loader(node, 2, rank=2, world_size=4)))
+    assert "num_items_in_batch" not in b
 
 
 @pytest.mark.parametrize("workers", [0, 2])

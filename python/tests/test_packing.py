@@ -29,6 +29,7 @@ import transformers
 
 import ferry
 import ferry.packing
+from ferry.shards import read_loss_tokens
 from helpers import REPO, build_go_tool
 
 pytestmark = [
@@ -314,6 +315,8 @@ def test_loss_token_count_of_every_row(make_shards, pack_data, mode, labels):
         dirs += list(pack_data.values())
     for d in dirs:
         with ferry.ShardSet(d) as ss:
+            side = read_loss_tokens(d)  # dataprep's loss_tokens.u32
+            assert side.shape == (ss.manifest.ranks, ss.manifest.rows_per_rank)
             for r in range(ss.manifest.ranks):
                 sf = ss.shard(r)
                 rows = sf.entry["rows"]
@@ -321,6 +324,7 @@ def test_loss_token_count_of_every_row(make_shards, pack_data, mode, labels):
                 want = [ferry.loss_tokens(lab[k]) for k in range(rows)]
                 assert [sf.loss_tokens(k, 1) for k in range(rows)] == want, d
                 assert sf.loss_tokens(0, rows) == sum(want)
+                assert side[r].tolist() == want, d
 
 
 def test_causal_lm_loss_is_hf_loss(pack_data):
