@@ -149,6 +149,9 @@ def fsdp_cpu(model):
 def build_model(config, device):
     """(model, is_fsdp)."""
     if config["cpu"] and not config.get("model"):
+        if ferry.read_manifest(config["data_dir"]).mode == "pack":
+            raise SystemExit(f"--cpu without --model: {config['data_dir']} is packed, and the stand-in model does "
+                             "not keep packed examples apart; use --mode pad or a real model (--model)")
         torch.manual_seed(config.get("seed", 0))
         model = TinyLM(config.get("vocab_size", 8192)).to(device)
         return torch.nn.parallel.DistributedDataParallel(model), False
@@ -302,7 +305,7 @@ def run_dataprep(args, ranks):
     (or, with --rebuild-data, made again)."""
     force = False
     if os.path.exists(os.path.join(args.data_dir, "manifest.json")):
-        bad = ferry.data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels)
+        bad = ferry.data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels, args.mode)
         records = ferry.read_manifest(args.data_dir).stats.get("records_read")
         if getattr(args, "max_samples", 0) and records != args.max_samples:
             bad.append(f"{records} records != --max-samples {args.max_samples}")
@@ -320,7 +323,8 @@ def run_dataprep(args, ranks):
     if getattr(args, "max_samples", 0):
         source = head_records(args.input, args.max_samples, args.data_dir.rstrip("/") + ".input")
     cmd = [args.dataprep, "--input", source, "--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len),
-           "--labels", args.labels, "--ranks", str(ranks), "--out", args.data_dir] + (["--force"] if force else [])
+           "--labels", args.labels, "--mode", args.mode, "--ranks", str(ranks), "--out", args.data_dir] + \
+        (["--force"] if force else [])
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -391,6 +395,10 @@ def parse_args(argv=None):
     ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default="mask-pad",
                     help="dataprep's training objective: mask-pad (default) puts no loss on the padding; "
                          "copy = the seed's labels = input_ids, pads included (seed parity)")
+    ap.add_argument("--mode", choices=["pad", "pack"], default="pad",
+                    help="dataprep's rows: pad (default, the seed's one example per row) or pack (several examples "
+                         "per row, kept apart: ferry.check_packing checks the model, the batches carry the "
+                         "per-example attention keys and the step's token count)")
     ap.add_argument("--max-samples", type=int, default=0,
                     help="train on the first N records only (the seed's split=\"train[:8000]\": --max-samples 8000); "
                          "default: all of them")

@@ -35,6 +35,7 @@ Hyperparameters come from the YAML block ``air`` materializes
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import sys
@@ -169,6 +170,9 @@ class TinyLM(nn.Module):
 def build_model(args, local_rank, device):
     """(wrapped model, is_fsdp, tokenizer or None)."""
     if args.tiny:
+        if ferry.read_manifest(args.data_dir).mode == "pack":
+            raise SystemExit(f"--tiny: {args.data_dir} is packed, and the stand-in model does not keep packed "
+                             "examples apart; use a pad-mode data dir or a real model (--model-name)")
         torch.manual_seed(args.seed)
         model = TinyLM(args.vocab_size).to(device)
         return nn.parallel.DistributedDataParallel(model), False, None
@@ -188,8 +192,10 @@ def build_model(args, local_rank, device):
     if pack:
         # Packed rows: ferry's batches keep the examples apart on every
         # attention implementation (ferry.check_packing below says so or
-        # refuses); flash-attention-2 is the fastest (needs flash-attn).
-        kwargs["attn_implementation"] = "sdpa" if on_cpu else "flash_attention_2"
+        # refuses); flash-attention-2 is the fastest where flash-attn is
+        # installed, sdpa otherwise.
+        fa2 = not on_cpu and importlib.util.find_spec("flash_attn") is not None
+        kwargs["attn_implementation"] = "flash_attention_2" if fa2 else "sdpa"
     # The seed loads bf16 weights; without bf16 (a CPU without native bf16)
     # the weights stay fp32.
     model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16 if bf16 else torch.float32,

@@ -279,10 +279,11 @@ def read_loss_tokens(directory, manifest=None):
     return counts
 
 
-def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None):
+def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None, mode=None):
     """What in an existing dataprep output differs from what a job asks for:
     the tokenizer (``tokenizer_dir`` or a ``tokenizer.json`` path, compared
-    by the sha256 dataprep records), ``seq_len`` and the ``labels`` policy;
+    by the sha256 dataprep records), ``seq_len``, the ``labels`` policy and
+    the row ``mode`` ("pad" or "pack");
     ``[]`` when it fits. Another shard count is fine: the loader re-splits
     the same global order."""
     m = read_manifest(data_dir)
@@ -300,6 +301,8 @@ def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None)
         bad.append(f"seq_len {m.seq_len} != {seq_len}")
     if labels is not None and m.labels != labels:
         bad.append(f"labels {m.labels} != {labels}")
+    if mode is not None and m.mode != mode:
+        bad.append(f"mode {m.mode} != {mode}")
     return bad
 
 

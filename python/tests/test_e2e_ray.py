@@ -4,7 +4,10 @@
 CPU workers (gloo, the example's ``train_func``, a tiny random-init
 ``Qwen2ForCausalLM`` sized for the Qwen2.5 tokenizer, loaded from a local
 directory with ``--model``, FSDP1) -> sharded DCP checkpoints reported to Ray
--> ckptmerge -> ``from_pretrained(output_dir)``.
+-> ckptmerge -> ``from_pretrained(output_dir)``. The example runs in pack
+mode (``--mode pack``: several Alpaca records per row, ``check_packing`` on
+the real model, the per-document attention keys and ``num_items_in_batch``
+in every batch); the torchrun e2e covers pad mode.
 
 Rank 1 kills itself (``os._exit``) once, mid-run; ``FailureConfig
 (max_failures=1)`` restarts the workers from the last reported checkpoint
@@ -40,7 +43,7 @@ EXAMPLE_DIR = os.path.join(REPO, "examples", "ray-train")
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
-WORKERS, BATCH, SEQ_LEN, MAX_STEPS, SAVE_EVERY = 2, 2, 64, 8, 3
+WORKERS, BATCH, SEQ_LEN, MAX_STEPS, SAVE_EVERY = 2, 2, 128, 8, 3
 KILL_AT = 8  # rank 1 dies when fed its 8th batch: last checkpoint at step 6, step 7 is trained again
 
 
@@ -73,7 +76,8 @@ def faulty_train_func(config):
                         time.sleep(2)  # the controller (polling every 0.5 s) has the last checkpoint
                         os._exit(1)
                     shard, row, rows = sched[i]
-                    f.write(json.dumps({"n": n, "rows": [[int(shard), int(row) + j] for j in range(int(rows))]}) + "\n")
+                    f.write(json.dumps({"n": n, "rows": [[int(shard), int(row) + j] for j in range(int(rows))],
+                                        "keys": sorted(batch)}) + "\n")
                     f.flush()
                     yield batch
 
@@ -162,7 +166,7 @@ def run(ray_cluster, tmp_path_factory):
                 "RAY_USAGE_STATS_ENABLED": "0"}
     out = root / "output"
     argv = ["--cpu", "--model", model, "--num-workers", str(WORKERS), "--input", ALPACA, "--tokenizer", str(tok),
-            "--seq-len", str(SEQ_LEN), "--labels", "mask-pad", "--data-dir", str(root / "data"),
+            "--seq-len", str(SEQ_LEN), "--labels", "mask-pad", "--mode", "pack", "--data-dir", str(root / "data"),
             "--checkpoint-dir", str(root / "dcp"), "--output-dir", str(out), "--config-from", model,
             "--dataprep", dataprep, "--ckptmerge", ckptmerge, "--batch-size", str(BATCH), "--lr", "3e-3",
             "--max-steps", str(MAX_STEPS), "--save-every", str(SAVE_EVERY), "--max-failures", "1",
@@ -223,6 +227,21 @@ def test_no_sample_lost_or_repeated(run):
         assert got == want, f"rank {rank}: the rows trained differ from the uninterrupted order"
         seen += [tuple(x) for b in got for x in b]
     assert len(seen) == WORKERS * MAX_STEPS * BATCH and len(set(seen)) == len(seen)
+    # Pack-mode batches: the per-document attention keys and the step's
+    # token count, never an attention_mask.
+    for rank in range(WORKERS):
+        for b in read_log(os.path.join(run["logdir"], f"rank{rank}-attempt2.jsonl")):
+            assert {"position_ids", "cu_seq_lens_q", "max_length_q", "num_items_in_batch"} <= set(b["keys"]), b["keys"]
+            assert "attention_mask" not in b["keys"]
+    # The rows are packed: the records they hold are distinct, and at seq_len
+    # 128 (the tiny Alpaca's prompts are ~40-250 tokens) many rows hold several.
+    shards = ferry.ShardSet(run["data"])
+    assert shards.manifest.mode == "pack"
+    records = [[s for s, _, _ in shards.shard(r).segments(j)] for r, j in seen]
+    shards.close()
+    flat = [s for rec in records for s in rec]
+    assert len(flat) == len(set(flat)), "a record trained twice"
+    assert len(flat) >= 1.3 * len(records), [len(rec) for rec in records]
 
 
 def test_loss_decreases_and_mlflow_has_it(run):

@@ -74,7 +74,7 @@ def toks(tmp_path_factory):
 
 def ray_args(tools, toks, tmp_path, **kw):
     a = dict(dataprep=tools.dataprep, input=ALPACA, tokenizer=toks.qwen, seq_len=64, labels="mask-pad",
-             data_dir=str(tmp_path / "data"), rebuild_data=False)
+             mode="pad", data_dir=str(tmp_path / "data"), rebuild_data=False)
     a.update(kw)
     return types.SimpleNamespace(**a)
 
@@ -246,6 +246,8 @@ def test_stale_data_dir_is_refused_or_rebuilt(ray_ex, fsdp_ex, tools, toks, tmp_
         ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, tokenizer=toks.llama), 2)
     with pytest.raises(SystemExit, match="seq_len 64 != 32"):
         ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, seq_len=32), 2)
+    with pytest.raises(SystemExit, match="mode pad != pack"):
+        ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, mode="pack"), 2)
     ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, seq_len=32, rebuild_data=True), 2)
     import ferry
 
@@ -258,6 +260,22 @@ def test_stale_data_dir_is_refused_or_rebuilt(ray_ex, fsdp_ex, tools, toks, tmp_
     stale = fsdp_ex.parse_args(["--check-data", "--data-dir", args.data_dir, "--tokenizer-dir", toks.llama])
     with pytest.raises(SystemExit, match="tokenizer sha256"):
         fsdp_ex.check_data_dir(stale)
+
+
+def test_stand_in_model_refuses_packed_data(ray_ex, fsdp_ex, tools, toks, tmp_path, monkeypatch):
+    """The examples' stand-in TinyLM (a running mean over the row) would mix
+    packed examples: both examples refuse it on pack-mode data."""
+    args = ray_args(tools, toks, tmp_path, mode="pack")
+    ray_ex.run_dataprep(args, 2)
+    import ferry
+
+    assert ferry.read_manifest(args.data_dir).mode == "pack"
+    with pytest.raises(SystemExit, match="is packed, and the stand-in model does not keep packed examples apart"):
+        ray_ex.build_model({"cpu": True, "data_dir": args.data_dir}, torch.device("cpu"))
+    monkeypatch.delenv("HYPERPARAMETERS_PATH", raising=False)
+    targs = fsdp_ex.parse_args(["--tiny", "--data-dir", args.data_dir])
+    with pytest.raises(SystemExit, match="is packed, and the stand-in model does not keep packed examples apart"):
+        fsdp_ex.build_model(targs, 0, torch.device("cpu"))
 
 
 def test_new_job_does_not_resume_an_old_run(fsdp_ex, tmp_path, monkeypatch):
@@ -359,7 +377,7 @@ def test_ray_resumes_from_the_reported_checkpoint(ray_ex, tools, toks, tmp_path,
     assert "FailureConfig(max_failures=args.max_failures)" in src and ray_ex.parse_args([]).max_failures >= 1
     args = ray_args(tools, toks, tmp_path)
     ray_ex.run_dataprep(args, 1)
-    config = {"cpu": True, "vocab_size": 64, "checkpoint_dir": str(tmp_path / "ckpt")}
+    config = {"cpu": True, "vocab_size": 64, "checkpoint_dir": str(tmp_path / "ckpt"), "data_dir": args.data_dir}
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
         model, _ = ray_ex.build_model(config, torch.device("cpu"))
