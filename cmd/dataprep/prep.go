@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 	"github.com/ferryml/ferry/tokenize"
 )
 
-const prepUsage = `usage: dataprep --input FILE --tokenizer PATH --out DIR [flags]
+const prepUsage = `usage: dataprep --input FILE [--input FILE...] --tokenizer PATH --out DIR [flags]
        dataprep inspect DIR [--rank R --row N]
        dataprep tokenize --tokenizer PATH [IN.jsonl]   (see dataprep tokenize --help)
 
@@ -40,34 +41,52 @@ Examples:
   # packed rows, loss on the response only, straight to S3
   dataprep --input s3://data/alpaca.parquet --tokenizer models/Llama-3.1-8B \
       --eos '<|end_of_text|>' --mode pack --labels mask-prompt --ranks 16 --out s3://bucket/shards/
+  # a split in several files (a glob, or --input repeated), read in order
+  dataprep --input 'alpaca/data/train-*.parquet' --tokenizer models/Qwen2.5-3B --out shards/
   dataprep inspect shards/ --rank 3 --row 0
 
 Flags:
 `
+
+// inputList is the repeatable --input flag.
+type inputList []string
+
+func (l *inputList) String() string { return strings.Join(*l, ", ") }
+
+func (l *inputList) Set(v string) error {
+	if v == "" {
+		return errors.New("empty input")
+	}
+	*l = append(*l, v)
+	return nil
+}
 
 // loadTokenizer loads a tokenizer; tests replace it with a memoizing one.
 var loadTokenizer = tokenize.Load
 
 // prepConfig is the configuration of one dataprep run.
 type prepConfig struct {
-	input, tokenizer, out string
-	templateFile          string
-	eos, pad              string
-	eosSet, padSet        bool
-	noSpecial             bool
-	seqLen, ranks         int
-	mode                  shard.Mode
-	labels                shard.Labels
-	splitLong             bool
-	seed                  uint64
-	dropLast              bool
-	workers               int
-	batchRows             int
-	onBad                 string
-	force                 bool
-	quiet, jsonOut        bool
-	progressEvery         time.Duration
-	cpuProfile            string
+	inputs         inputList
+	input          string // the inputs as named in the manifest and summary
+	tokenizer, out string
+	templateFile   string
+	eos, pad       string
+	eosSet, padSet bool
+	noSpecial      bool
+	seqLen, ranks  int
+	mode           shard.Mode
+	labels         shard.Labels
+	splitLong      bool
+	seed           uint64
+	dropLast       bool
+	maxRecords     int64
+	workers        int
+	batchRows      int
+	onBad          string
+	force          bool
+	quiet, jsonOut bool
+	progressEvery  time.Duration
+	cpuProfile     string
 }
 
 func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
@@ -79,7 +98,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 		fs.PrintDefaults()
 	}
 	var mode, labels string
-	fs.StringVar(&c.input, "input", "", "input `file`: path or s3://bucket/key (required)")
+	fs.Var(&c.inputs, "input", "input `file`: path or s3://bucket/key, or a glob of several (*, ?, [...]); repeat for more files, read in the order given (required)")
 	fs.StringVar(&c.tokenizer, "tokenizer", "", "tokenizer.json, tokenizer.json.zst or a model `directory` (required)")
 	fs.StringVar(&c.out, "out", "", "output `directory` or s3:// prefix (required)")
 	fs.IntVar(&c.seqLen, "seq-len", 1024, "tokens per row (HF max_length)")
@@ -88,6 +107,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 	fs.StringVar(&labels, "labels", "mask-pad", "mask-pad: -100 on padding; copy: labels = input_ids, pads included (seed parity); mask-prompt: -100 on padding and prompt")
 	fs.BoolVar(&c.splitLong, "split-long", false, "pack mode: split an example longer than --seq-len into several instead of truncating it")
 	fs.Uint64Var(&c.seed, "seed", 0, "shuffle seed")
+	fs.Int64Var(&c.maxRecords, "max-records", 0, "use only the input's first `N` records, in input order (datasets' split=\"train[:N]\"); an input with fewer is an error (default: all)")
 	fs.BoolVar(&c.dropLast, "drop-last", false, "drop the tail rows so every rank has floor(rows/ranks) rows (default: wrap around like DistributedSampler)")
 	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "parallel tokenizer workers; shards are written by max(workers, min(ranks, 8)) (the output is identical for any value)")
 	fs.StringVar(&c.templateFile, "template", "", "template `file` ({instruction} {input} {output} {eos} {bos}, {?input}...{/input}); default: the seeds' Alpaca prompt")
@@ -113,6 +133,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
 	c.eosSet, c.padSet = flagSet(fs, "eos"), flagSet(fs, "pad")
+	c.input = c.inputs.String()
 	var err error
 	if c.mode, err = shard.ParseMode(mode); err != nil {
 		return bad("--mode %q: want pad or pack", mode)
@@ -123,7 +144,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected argument %q", fs.Arg(0))
-	case c.input == "":
+	case len(c.inputs) == 0:
 		return bad("--input is required")
 	case c.tokenizer == "":
 		return bad("--tokenizer is required")
@@ -137,6 +158,8 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 		return bad("--split-long needs --mode pack")
 	case c.workers < 1:
 		return bad("--workers %d: want >= 1", c.workers)
+	case c.maxRecords < 0:
+		return bad("--max-records %d: want >= 1 (or 0: all)", c.maxRecords)
 	case c.batchRows < 1 || c.batchRows > 1<<20:
 		return bad("--batch-rows %d: want 1..%d", c.batchRows, 1<<20)
 	case c.onBad != "error" && c.onBad != "skip":
@@ -219,9 +242,18 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return nil
 			}
 		}
-		var err error
-		res, err = dataset.Read(gctx, c.input, opt)
-		return err
+		files, err := dataset.Expand(gctx, c.inputs)
+		if err != nil {
+			return err
+		}
+		if len(files) > 1 {
+			prog.logf("input: %d files (%s ... %s)", len(files), files[0], files[len(files)-1])
+		}
+		c.input = strings.Join(files, ", ") // the manifest names the files read, in order
+		if res, err = dataset.ReadFiles(gctx, files, opt); err != nil {
+			return err
+		}
+		return res.Head(c.maxRecords, c.input)
 	})
 	g.Go(func() error {
 		var err error

@@ -6,8 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/internal/testutil/s3server"
 	"github.com/ferryml/ferry/shard"
@@ -76,5 +79,41 @@ func TestS3(t *testing.T) {
 	})
 	if len(seen) != 999 || m.Stats.RecordsRead != 999 || m.Input != in {
 		t.Fatalf("%d samples, stats %+v, input %q", len(seen), m.Stats, m.Input)
+	}
+
+	// A glob under an s3:// prefix: the matching objects in key order, the
+	// others (another split, a deeper key) left out.
+	for _, key := range []string{"in/train-1.json.zst", "in/train-0.json.zst", "in/test-0.json.zst", "in/sub/train-2.json.zst"} {
+		w, err := storage.Create(ctx, bucket+"/"+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(raw); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := dataset.Expand(ctx, []string{bucket + "/in/train-*.json.zst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{bucket + "/in/train-0.json.zst", bucket + "/in/train-1.json.zst"}; !slices.Equal(files, want) {
+		t.Fatalf("s3 glob: %v, want %v", files, want)
+	}
+	out2 := bucket + "/shards2"
+	mustPrep(t, "--input", bucket+"/in/train-*.json.zst", "--tokenizer", qwen.dir, "--ranks", "2", "--quiet", "--out", out2)
+	rc, _, err := storage.OpenStream(ctx, out2+"/"+shard.ManifestName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := shard.DecodeManifest(out2, rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.Stats.RecordsRead != 2*999 || m2.Input != strings.Join(files, ", ") {
+		t.Fatalf("s3 glob run: %d records, input %q", m2.Stats.RecordsRead, m2.Input)
 	}
 }

@@ -273,32 +273,6 @@ def train_func(config: dict):
         mlflow.end_run()
 
 
-def head_records(path, n, out_dir):
-    """The first n records of a local json/jsonl/parquet file, as a new file
-    in out_dir: the seed's load_dataset(..., split="train[:n]")."""
-    os.makedirs(out_dir, exist_ok=True)
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-        if table.num_rows < n:
-            raise SystemExit(f"--max-samples {n}: {path} has only {table.num_rows} records")
-        out = os.path.join(out_dir, f"head-{n}.parquet")
-        pq.write_table(table.slice(0, n), out)
-        return out
-    with open(path) as f:
-        if path.endswith(".jsonl"):
-            records = [json.loads(line) for line in f if line.strip()]
-        else:
-            records = json.load(f)
-    if len(records) < n:
-        raise SystemExit(f"--max-samples {n}: {path} has only {len(records)} records")
-    out = os.path.join(out_dir, f"head-{n}.json")
-    with open(out, "w") as f:
-        json.dump(records[:n], f)
-    return out
-
-
 def run_dataprep(args, ranks):
     """Tokenize once, before training. A complete output made with the same
     tokenizer, seq_len and labels is reused; one made otherwise is refused
@@ -317,14 +291,14 @@ def run_dataprep(args, ranks):
                              "Pass another --data-dir, or --rebuild-data to replace it.")
         print(f"dataprep: {args.data_dir} is stale ({'; '.join(bad)}): rebuilding", flush=True)
         force = True
-    if not args.input:
+    inputs = [args.input] if isinstance(args.input, str) else list(args.input or [])
+    if not inputs or not all(inputs):
         raise SystemExit("dataprep: --input is empty (did the dataset download fail?)")
-    source = args.input
+    cmd = [args.dataprep] + [a for f in inputs for a in ("--input", f)]
     if getattr(args, "max_samples", 0):
-        source = head_records(args.input, args.max_samples, args.data_dir.rstrip("/") + ".input")
-    cmd = [args.dataprep, "--input", source, "--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len),
-           "--labels", args.labels, "--mode", args.mode, "--ranks", str(ranks), "--out", args.data_dir] + \
-        (["--force"] if force else [])
+        cmd += ["--max-records", str(args.max_samples)]  # the seed's split="train[:N]"
+    cmd += ["--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len), "--labels", args.labels,
+            "--mode", args.mode, "--ranks", str(ranks), "--out", args.data_dir] + (["--force"] if force else [])
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -386,7 +360,9 @@ def run_ckptmerge(args):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--input", default="/tmp/ferry-ds/alpaca.parquet", help="Alpaca json/jsonl/parquet (or s3://)")
+    ap.add_argument("--input", nargs="+", default=["/tmp/ferry-ds/alpaca.parquet"],
+                    help="Alpaca json/jsonl/parquet files (or s3://), or globs: every file of the split, read in "
+                         "order (e.g. '/tmp/ferry-ds/data/train-*.parquet')")
     ap.add_argument("--tokenizer", default="/tmp/ferry-tok", help="directory with tokenizer.json")
     ap.add_argument("--model", default=None,
                     help=f"Hugging Face model: hub name or local directory (default {MODEL_NAME}; "

@@ -349,7 +349,7 @@ def test_merged_model_loads_from_output_dir(fsdp_ex, ray_ex, tools, toks, tmp_pa
 
 # --- defect 5: the sample pool is explicit ------------------------------------
 
-def test_ray_max_samples_is_the_seeds_train_slice(ray_ex, tools, toks, tmp_path):
+def test_ray_max_samples_is_the_seeds_train_slice(ray_ex, tools, toks, tmp_path, capfd):
     import ferry
 
     with open(ALPACA) as f:
@@ -359,9 +359,37 @@ def test_ray_max_samples_is_the_seeds_train_slice(ray_ex, tools, toks, tmp_path)
     assert ferry.read_manifest(args.data_dir).stats["records_read"] == n - 2
     with pytest.raises(SystemExit, match=f"records != --max-samples {n - 4}"):
         ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, max_samples=n - 4), 2)
-    with pytest.raises(SystemExit, match="has only"):
+    capfd.readouterr()
+    with pytest.raises(subprocess.CalledProcessError):  # dataprep --max-records says why, and writes nothing
         ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, data_dir=str(tmp_path / "d2"), max_samples=n + 1), 2)
+    assert f"--max-records {n + 1}: {ALPACA} has only {n} records" in capfd.readouterr().err
+    assert not os.path.exists(tmp_path / "d2" / "manifest.json")
     assert ray_ex.parse_args([]).max_samples == 0  # default: all records, as README says
+
+
+def test_ray_reads_every_file_of_a_split(ray_ex, tools, toks, tmp_path):
+    """A split in several parquet files (as datasets lays out bigger ones)
+    is read whole, in file order: no record lost, none picked from another
+    split."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import ferry
+
+    with open(ALPACA) as f:
+        recs = json.load(f)
+    ds = tmp_path / "ds" / "data"
+    ds.mkdir(parents=True)
+    cols = ["instruction", "input", "output"]
+    for name, part in [("train-00000-of-00002.parquet", recs[:60]), ("train-00001-of-00002.parquet", recs[60:]),
+                       ("test-00000-of-00001.parquet", recs[:7])]:
+        pq.write_table(pa.table({c: [r[c] for r in part] for c in cols}), ds / name)
+    args = ray_args(tools, toks, tmp_path, input=[str(ds / "train-*.parquet")])
+    ray_ex.run_dataprep(args, 2)
+    m = ferry.read_manifest(args.data_dir)
+    assert m.stats["records_read"] == len(recs)
+    assert m.raw["input"] == f"{ds}/train-00000-of-00002.parquet, {ds}/train-00001-of-00002.parquet"
+    assert ray_ex.parse_args(["--input", "a.parquet", "b.parquet"]).input == ["a.parquet", "b.parquet"]
 
 
 # --- defect 8: the Ray example resumes from Ray's checkpoint ------------------
