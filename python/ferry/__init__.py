@@ -33,14 +33,18 @@ Public API:
 """
 
 from .dist import DistInfo, resolve as resolve_dist
-from .errors import (FerryError, ManifestError, MissingManifestError, MissingShardError, PackingError, ShardError,
-                     StateError)
+from .errors import (DaemonGone, FerryError, ManifestError, MissingManifestError, MissingShardError, PackingError,
+                     ProtocolError, ServeError, ShardError, StateError)
 from .hf import to_hf_dataset
 from .loader import DataLoader, Loader, to_device
 from .order import EpochOrder
 from .packing import causal_lm_loss, check_packing, loss_tokens
-from .serve_client import DaemonGone, ServeError, ServeLoader
+from .serve_client import ServeLoader
 from .shards import Manifest, ShardFile, ShardSet, data_dir_mismatches, read_manifest
+
+# A ServeLoader has the Loader's API and order (both own a ferry.schedule.Schedule);
+# isinstance(x, ferry.Loader) holds for both without either inheriting the other.
+Loader.register(ServeLoader)
 
 __all__ = [
     "DaemonGone",
@@ -54,6 +58,7 @@ __all__ = [
     "MissingManifestError",
     "MissingShardError",
     "PackingError",
+    "ProtocolError",
     "ShardError",
     "ShardFile",
     "ServeError",

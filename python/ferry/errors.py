@@ -37,3 +37,21 @@ class PackingError(FerryError, RuntimeError):
     versions) would let the documents of a packed row attend to each other,
     so :func:`ferry.check_packing` refuses it. The message says what to
     change."""
+
+
+class ServeError(FerryError, RuntimeError):
+    """ferry-serve refused a request or failed; ``code`` is the protocol's
+    error code (1 bad request, 2 shard not served, 3 over a limit,
+    4 shutting down, 5 daemon I/O error), 0 when none was sent."""
+
+    def __init__(self, msg, code=0):
+        super().__init__(msg)
+        self.code = code
+
+
+class DaemonGone(ServeError, ConnectionError):
+    """The daemon is not running, exited, was killed or is shutting down."""
+
+
+class ProtocolError(ServeError):
+    """The peer does not speak this protocol version, or sent bad bytes."""

@@ -4,10 +4,11 @@ One ``ferry-serve`` per node maps the data set's shards (fetching them from S3
 first when needed); every training process connects to its Unix socket and
 receives a private, sealed shared-memory ring of batch slots plus an eventfd.
 :class:`ServeLoader` has the same API and yields the same batches, in the same
-order, as the direct :class:`ferry.Loader` (it *is* a Loader: epochs,
-shuffling, ``state_dict()``/``load_state_dict()``, resume on another world
-size and :class:`ferry.DataLoader` all work the same, and a state saved by one
-resumes the other)::
+order, as the direct :class:`ferry.Loader`: both own a
+:class:`ferry.schedule.Schedule`, so epochs, shuffling,
+``state_dict()``/``load_state_dict()``, resume on another world size and
+:class:`ferry.DataLoader` work the same, and a state saved by one resumes the
+other (``isinstance(x, ferry.Loader)`` holds for both)::
 
     # on each node:  ferry-serve --data /vol/alpaca-qwen --ranks 0-7 --socket /tmp/ferry.sock &
     loader = ferry.Loader("/vol/alpaca-qwen", 4, serve="/tmp/ferry.sock")  # a ServeLoader
@@ -15,8 +16,8 @@ resumes the other)::
     for batch in loader:
         batch = ferry.to_device(batch, device)
 
-Protocol (layout drawn in serve/doc.go, pinned by serve/testdata/
-protocol.golden.json which tests/test_serve.py checks against this module):
+Protocol (codecs and ring layout in :mod:`ferry.protocol`; drawn in
+serve/doc.go, pinned by serve/testdata/protocol.golden.json):
 the client sends HELLO, gets WELCOME with the memfd and two eventfds
 (SCM_RIGHTS), maps the ring, and sends its plan (PLAN messages: the batches
 of the iteration, each a run of rows of one shard, in order, computed by
@@ -46,201 +47,23 @@ import mmap
 import os
 import select
 import socket
-import struct
 import sys
 import time
+
 import numpy as np
 import torch
 import torch.utils.data
 
 from . import dist
-from .errors import FerryError
-from .loader import Loader
+from .errors import DaemonGone, ProtocolError, ServeError  # noqa: F401 (re-exported: ferry.serve_client.X)
+from .protocol import (CODE_NOT_SERVED, CODE_SHUTDOWN, COLUMNS, MAX_MSG_SIZE, MAX_ROWS, MAX_RUNS_PER_MSG, MAX_SLOTS,
+                       MODE_PACK, MSG_ERROR, MSG_WELCOME, REQUIRED_SEALS, RUN_CONTINUES, SHM_HEADER_SIZE, SLOT_FILLED,
+                       _DTYPES, _F_GET_SEALS, _SLOT_HEADER, encode_hello, encode_plan, parse_error, parse_header,
+                       parse_msg, parse_welcome)
+from .schedule import Schedule, Scheduled
 from .shards import Manifest, read_manifest
 
-VERSION = 1
-MSG_MAGIC = 0x53595246  # "FRYS"
-MSG_HEADER = struct.Struct("<IHHII")
-MAX_MSG_SIZE = 128 << 10
-MSG_HELLO, MSG_WELCOME, MSG_PLAN, MSG_ERROR = 1, 2, 3, 4
-CODE_BAD_REQUEST, CODE_NOT_SERVED, CODE_LIMIT, CODE_SHUTDOWN, CODE_IO = 1, 2, 3, 4, 5
-
-_HELLO = struct.Struct("<IIIiiI")
-_WELCOME = struct.Struct("<IIQII")
-_PLAN = struct.Struct("<II")
-_ERROR = struct.Struct("<II")
-RUN_SIZE = 16
-RUN_CONTINUES = 1
-MAX_RUNS_PER_MSG = (MAX_MSG_SIZE - MSG_HEADER.size - _PLAN.size) // RUN_SIZE
-MAX_ROWS = 1 << 16
-MAX_SLOTS = 1024
-MAX_PLAN_AHEAD = 64
-
-SHM_MAGIC = b"FERRYSHM"
-SHM_HEADER_SIZE = 4096
-SHM_COLUMN_TABLE_OFFSET = 64
-SHM_COLUMN_ENTRY_SIZE = 16
-SLOT_HEADER_SIZE = 64
-SLOT_ALIGN = 4096
-COLUMN_ALIGN = 64
-_SHM_FIXED = struct.Struct("<8sIIIIIIQQQQ")  # 64 bytes
-_COLUMN = struct.Struct("<QB3xI")
-_SLOT_HEADER = struct.Struct("<QII")
-SLOT_FILLED = 1
-MODE_PAD, MODE_PACK = 0, 1
-DTYPE_INT32, DTYPE_INT64 = 1, 2
-_DTYPES = {DTYPE_INT32: np.dtype("<i4"), DTYPE_INT64: np.dtype("<i8")}
-COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "", "")
-
-# Seals the daemon puts on the ring (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
-_F_SEAL_SEAL, _F_SEAL_SHRINK, _F_SEAL_GROW = 0x1, 0x2, 0x4
-_F_GET_SEALS = 1034  # fcntl.F_GET_SEALS on Linux (Python >= 3.8 exposes it)
-REQUIRED_SEALS = _F_SEAL_SEAL | _F_SEAL_SHRINK | _F_SEAL_GROW
-
 DEFAULT_SOCKET = "/tmp/ferry-serve.sock"
-
-
-class ServeError(FerryError, RuntimeError):
-    """ferry-serve refused a request or failed; ``code`` is the protocol's
-    error code (1 bad request, 2 shard not served, 3 over a limit,
-    4 shutting down, 5 daemon I/O error), 0 when none was sent."""
-
-    def __init__(self, msg, code=0):
-        super().__init__(msg)
-        self.code = code
-
-
-class DaemonGone(ServeError, ConnectionError):
-    """The daemon is not running, exited, was killed or is shutting down."""
-
-
-class ProtocolError(ServeError):
-    """The peer does not speak this protocol version, or sent bad bytes."""
-
-
-# -- messages ------------------------------------------------------------------
-def _msg(typ, payload):
-    return MSG_HEADER.pack(MSG_MAGIC, typ, 0, len(payload), 0) + payload
-
-
-def encode_hello(slots, max_rows, rank=-1, worker=-1, version=VERSION):
-    return _msg(MSG_HELLO, _HELLO.pack(version, slots, max_rows, rank, worker, 0))
-
-
-def encode_welcome(shm_size, info, version=VERSION):
-    return _msg(MSG_WELCOME, _WELCOME.pack(version, 0, shm_size, len(info), 0) + info)
-
-
-def encode_plan(runs):
-    """runs: (file, row, rows, flags) quadruples, a sequence or an (n, 4)
-    uint32 array. A batch is one run, or several when all but the last have
-    flags RUN_CONTINUES."""
-    runs = np.ascontiguousarray(runs, dtype="<u4").reshape(-1, 4)
-    return _msg(MSG_PLAN, _PLAN.pack(len(runs), 0) + runs.tobytes())
-
-
-def encode_error(code, text):
-    return _msg(MSG_ERROR, _ERROR.pack(code, 0) + text.encode())
-
-
-def parse_msg(b):
-    """(type, payload) of one received datagram; ProtocolError if malformed."""
-    if len(b) < MSG_HEADER.size:
-        raise ProtocolError(f"ferry-serve message of {len(b)} bytes, want at least {MSG_HEADER.size}")
-    magic, typ, flags, length, reserved = MSG_HEADER.unpack_from(b)
-    if magic != MSG_MAGIC:
-        raise ProtocolError(f"ferry-serve message magic {magic:#010x} at byte 0, want {MSG_MAGIC:#010x}")
-    if flags or reserved:
-        raise ProtocolError(f"ferry-serve message type {typ}: reserved header bytes not zero")
-    if length != len(b) - MSG_HEADER.size:
-        raise ProtocolError(f"ferry-serve message type {typ}: header says {length} payload bytes, got {len(b) - 16}")
-    return typ, bytes(b[MSG_HEADER.size:])
-
-
-def parse_welcome(p):
-    if len(p) < _WELCOME.size:
-        raise ProtocolError(f"WELCOME payload of {len(p)} bytes, want at least {_WELCOME.size}")
-    version, _, shm_size, info_len, _ = _WELCOME.unpack_from(p)
-    if version != VERSION:
-        raise ProtocolError(f"ferry-serve speaks protocol version {version}, this client speaks {VERSION}")
-    if info_len != len(p) - _WELCOME.size:
-        raise ProtocolError(f"WELCOME info length {info_len} at byte 16, payload holds {len(p) - _WELCOME.size}")
-    return shm_size, p[_WELCOME.size:]
-
-
-def parse_error(p):
-    if len(p) < _ERROR.size:
-        raise ProtocolError(f"ERROR payload of {len(p)} bytes, want at least 8")
-    return _ERROR.unpack_from(p)[0], p[_ERROR.size:].decode("utf-8", "replace")
-
-
-# -- shared-memory layout -----------------------------------------------------------
-def _align(n, a):
-    return (n + a - 1) // a * a
-
-
-class Layout:
-    """The ring layout (serve.Layout): slot size and per-column placement."""
-
-    def __init__(self, slots, max_rows, seq_len, mode):
-        if not (1 <= slots <= MAX_SLOTS and 1 <= max_rows <= MAX_ROWS and 1 <= seq_len <= 1 << 20 and mode in (0, 1)):
-            raise ServeError(f"ring slots={slots} max_rows={max_rows} seq_len={seq_len} mode={mode} out of limits",
-                             CODE_LIMIT)
-        self.slots, self.max_rows, self.seq_len, self.mode = slots, max_rows, seq_len, mode
-        self.columns = [(0, 0, 0)] * 8  # (offset, dtype, width)
-        off = SLOT_HEADER_SIZE
-
-        def add(i, dt, width):
-            nonlocal off
-            off = _align(off, COLUMN_ALIGN)
-            self.columns[i] = (off, dt, width)
-            off += max_rows * width * _DTYPES[dt].itemsize
-
-        add(0, DTYPE_INT32, seq_len)
-        add(1, DTYPE_INT32, seq_len)
-        if mode == MODE_PAD:
-            add(2, DTYPE_INT32, seq_len)
-        else:
-            add(3, DTYPE_INT32, seq_len)
-        add(4, DTYPE_INT32, 1)
-        add(5, DTYPE_INT64, 1)
-        self.slot_size = _align(off, SLOT_ALIGN)
-        self.total_size = SHM_HEADER_SIZE + slots * self.slot_size
-
-    def slot_offset(self, i):
-        return SHM_HEADER_SIZE + i * self.slot_size
-
-    def header(self):
-        """The 4096-byte header page."""
-        b = bytearray(SHM_HEADER_SIZE)
-        _SHM_FIXED.pack_into(b, 0, SHM_MAGIC, VERSION, SHM_HEADER_SIZE, self.slots, self.max_rows, self.seq_len,
-                             self.mode, self.slot_size, SHM_HEADER_SIZE, self.total_size, 0)
-        for i, (off, dt, w) in enumerate(self.columns):
-            _COLUMN.pack_into(b, SHM_COLUMN_TABLE_OFFSET + i * SHM_COLUMN_ENTRY_SIZE, off, dt, w)
-        return bytes(b)
-
-
-def parse_header(b, size):
-    """Validate a ring header page against the memfd size; return its Layout.
-    Accepts exactly what Layout(...) produces for the same parameters."""
-    b = bytes(b[:SHM_HEADER_SIZE])
-    if len(b) < SHM_HEADER_SIZE:
-        raise ProtocolError(f"ring header of {len(b)} bytes, want {SHM_HEADER_SIZE}")
-    magic, ver, hs, slots, max_rows, seq_len, mode, _, _, _, _ = _SHM_FIXED.unpack_from(b)
-    if magic != SHM_MAGIC:
-        raise ProtocolError(f"ring magic {magic!r} at byte 0, want {SHM_MAGIC!r}")
-    if ver != VERSION or hs != SHM_HEADER_SIZE:
-        raise ProtocolError(f"ring version {ver} header_size {hs}, want {VERSION} and {SHM_HEADER_SIZE}")
-    try:
-        want = Layout(slots, max_rows, seq_len, mode)
-    except ServeError as e:
-        raise ProtocolError(f"ring header: {e}") from None
-    if b != want.header() or want.total_size > size:
-        raise ProtocolError(
-            f"ring header does not match the layout of {slots} slots x {max_rows} rows x seq_len {seq_len} "
-            f"(mode {mode}) within a {size}-byte memfd"
-        )
-    return want
 
 
 # -- connection ----------------------------------------------------------------------
@@ -526,7 +349,7 @@ class _InfoManifest:
         self.served_ranks = list(info.get("served_ranks", range(self.ranks)))
 
 
-class ServeLoader(Loader):
+class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
     """A :class:`ferry.Loader` fed by ``ferry-serve`` instead of mapping the
     shards itself: same arguments (minus the path, plus the socket), same
     batches, same order, same state.
@@ -551,15 +374,15 @@ class ServeLoader(Loader):
 
     def __init__(self, socket=None, batch_size=None, *, rank=None, world_size=None, shuffle=True, seed=None,
                  drop_last=False, attention_mask=True, grad_accum=1, num_items_in_batch=None, data_dir=None,
-                 slots=8, timeout=60.0, plan_chunk=1024):
+                 slots=8, timeout=60.0, plan_chunk=1024, serve=None):
+        if serve is not None:
+            raise TypeError("ServeLoader does not take serve=: its first argument is the socket "
+                            "(or use ferry.Loader(path, ..., serve=SOCKET))")
         torch.utils.data.IterableDataset.__init__(self)
         if batch_size is None:
             raise TypeError("ServeLoader needs batch_size")
         self.socket_path = os.fspath(socket or os.environ.get("FERRY_SERVE_SOCKET") or DEFAULT_SOCKET)
-        self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size = {batch_size}, want >= 1")
-        if self.batch_size > MAX_ROWS:
+        if int(batch_size) > MAX_ROWS:
             raise ValueError(f"batch_size = {batch_size}: ferry-serve batches hold at most {MAX_ROWS} rows")
         self.slots = int(slots)
         if not 2 <= self.slots <= MAX_SLOTS:
@@ -568,31 +391,26 @@ class ServeLoader(Loader):
         self.plan_chunk = int(plan_chunk)
         info = dist.resolve(rank, world_size)
         self.rank, self.world_size = info.rank, info.world_size
-        self._conn = None
-        self._pid = None
-        conn = self._connect(-1)
-        m = self.manifest = _InfoManifest(conn.info, f"ferry-serve:{self.socket_path}")
-        self.shuffle = bool(shuffle)
-        self.seed = int(m.seed if seed is None else seed)
-        if self.seed < 0:
-            raise ValueError(f"seed = {self.seed}, want >= 0")
-        self.drop_last = bool(drop_last)
         self.attention_mask = bool(attention_mask)
         self.prefetch = False
         self.copies = 0
-        self._epoch = 0
-        self._consumed = 0
-        self._order = None
-        if self._epoch_order(0).G == 0:
-            raise ValueError(f"{m.path}: batch_size {self.batch_size} > rows_per_rank {m.rows_per_rank} with "
-                             "drop_last=True: no batch to yield")
-        if self.world_size == m.ranks and self.rank not in m.served_ranks:
-            raise ServeError(f"{self.socket_path}: rank {self.rank}'s shard is not served by this daemon (it serves "
-                             f"{m.served_ranks}); start it with --ranks covering this node's ranks", CODE_NOT_SERVED)
-        self._pack = m.mode == "pack"
-        local = None
-        if data_dir is not None and os.path.isfile(os.path.join(os.fspath(data_dir), "manifest.json")):
-            try:
+        self._conn = None
+        self._pid = None
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size = {batch_size}, want >= 1")
+        self._batch_rows = int(batch_size)
+        conn = self._connect(-1)
+        try:
+            m = self.manifest = _InfoManifest(conn.info, f"ferry-serve:{self.socket_path}")
+            self._sched = Schedule(m, batch_size, self.rank, self.world_size, shuffle=shuffle, seed=seed,
+                                   drop_last=drop_last, grad_accum=grad_accum)
+            if self.world_size == m.ranks and self.rank not in m.served_ranks:
+                raise ServeError(f"{self.socket_path}: rank {self.rank}'s shard is not served by this daemon (it "
+                                 f"serves {m.served_ranks}); start it with --ranks covering this node's ranks",
+                                 CODE_NOT_SERVED)
+            self._pack = m.mode == "pack"
+            local = None
+            if data_dir is not None and os.path.isfile(os.path.join(os.fspath(data_dir), "manifest.json")):
                 mine = read_manifest(data_dir)
                 if mine.fingerprint() != m.fingerprint():
                     raise ServeError(
@@ -601,10 +419,10 @@ class ServeLoader(Loader):
                         "start the daemon with --data on this directory", CODE_NOT_SERVED
                     )
                 local = os.fspath(data_dir)
-            except BaseException:
-                self.close()
-                raise
-        self._init_loss_tokens(grad_accum, num_items_in_batch, local)
+            self._sched.count_loss_tokens(num_items_in_batch, local)
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def from_loader_args(cls, serve, path, batch_size, *, verify="size", prefetch=True, **kwargs):
@@ -633,7 +451,7 @@ class ServeLoader(Loader):
             # parent keeps its connection), so the daemon sees the parent's
             # exit as an EOF even while workers live.
             self._conn.close()
-        self._conn = ServeConnection(self.socket_path, self.slots, self.batch_size, rank=self.rank,
+        self._conn = ServeConnection(self.socket_path, self.slots, self._batch_rows, rank=self.rank,
                                      worker=worker, timeout=self.timeout)
         self._pid = os.getpid()
         return self._conn
@@ -650,10 +468,9 @@ class ServeLoader(Loader):
         return self._connect(-1)
 
     def __iter__(self):
-        self._begin()
-        epoch, start, W, w = self._epoch, self._consumed, self.world_size, self.rank
-        o = self._epoch_order(epoch)
-        n = o.steps(start, W)
+        sched = self._sched
+        epoch, start, p0, ws0, o, n = sched.begin()
+        W, w = self.world_size, self.rank
         wi = torch.utils.data.get_worker_info()
         wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
         copy = wi is not None  # batches leave a worker asynchronously: never hand out ring views there
@@ -679,14 +496,13 @@ class ServeLoader(Loader):
             planned += len(part)
 
         plan_more()
-        p0, ws0 = self._phase, self._window_start
         for k, u in enumerate(us):
             if planned < len(us) and planned - k < chunk // 2:
                 plan_more()
             slot, rows = conn.wait()
             batch = conn.batch(slot, rows, self.attention_mask, copy)
-            self._extras(batch, batch.get("position_ids"), epoch, start, p0, ws0, u)
-            self._advance(epoch, start, p0, ws0, u + 1)
+            sched.extras(batch, batch.get("position_ids"), self._pack, epoch, start, p0, ws0, u)
+            sched.advance(epoch, start, p0, ws0, u + 1)
             yield batch
             # The caller asked for the next batch: the one just yielded is
             # released and its slot can be refilled.

@@ -15,12 +15,11 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
 
 import ferry
-from ferry import serve_client as sc
+from ferry import protocol as sc
 from ferry.serve_client import DaemonGone, ServeError, ServeLoader
 
 from helpers import REPO, Daemon
