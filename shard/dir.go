@@ -74,7 +74,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	if err := probe.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.BatchRows < 1 || cfg.BatchRows > 1<<20 {
+	if cfg.BatchRows < 1 || cfg.BatchRows > MaxBatchRows {
 		return nil, fmt.Errorf("%w: batch_rows %d", ErrConfig, cfg.BatchRows)
 	}
 	unique := src.NumRows()

@@ -53,12 +53,24 @@
 //
 // # Reading
 //
+// This package holds the one parser of the format in Go; serve builds on it.
+// DecodeManifest (ReadManifest for a local directory) reads manifest.json
+// and validates it whole (Manifest.Validate): format and version, seq_len,
+// ranks and file names, row counts, every file's batches (batch_rows rows
+// each, the last one fewer, in order) and every buffer offset (8-byte
+// aligned, inside the file's bytes), so that a reader without Arrow can
+// view the file at those offsets.
+//
 // Open maps a file (NewMappedReader takes bytes already in memory) and
 // validates its whole structure up front: magic, schema and its metadata,
 // every batch's buffer sizes, no nulls, lengths within seq_len, segments
-// contiguous from 0 and covering exactly length tokens. Token values are not
-// checked. OpenDir also checks the file against the manifest (size, rows,
-// batch layout, buffer offsets; the SHA-256 with WithChecksum).
+// contiguous from 0 and covering exactly length tokens (one at least per
+// row). Token values are not checked. Manifest.OpenFile opens the shard of
+// a rank from any path (the directory, or a copy fetched from S3): it checks
+// the file's size (and SHA-256, WithChecksum) against the manifest before
+// parsing, then the structure, then the file against its entry
+// (VerifyFile: schema metadata, rows, batch layout, buffer offsets). OpenDir
+// is ReadManifest plus OpenFile.
 //
 // # Concurrency and lifetimes
 //

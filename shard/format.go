@@ -23,6 +23,8 @@ const (
 
 	// DefaultBatchRows is the default number of rows per record batch.
 	DefaultBatchRows = 1024
+	// MaxBatchRows bounds batch_rows.
+	MaxBatchRows = 1 << 20
 
 	// MaxSeqLen bounds seq_len so that one row's byte size, and the offsets
 	// derived from it, always fit comfortably in int32/int64 arithmetic.

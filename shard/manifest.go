@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -125,6 +127,9 @@ func (m *Manifest) Validate() error {
 	if m.UniqueRows < 0 || (!m.DropLast && m.UniqueRows > m.TotalRows) || (m.DropLast && m.UniqueRows < m.TotalRows) {
 		return bad("unique_rows %d inconsistent with total_rows %d (drop_last %v)", m.UniqueRows, m.TotalRows, m.DropLast)
 	}
+	if m.BatchRows < 1 || m.BatchRows > MaxBatchRows {
+		return bad("batch_rows %d, want 1..%d", m.BatchRows, MaxBatchRows)
+	}
 	if len(m.Files) != m.Ranks {
 		return bad("%d files for %d ranks", len(m.Files), m.Ranks)
 	}
@@ -133,13 +138,49 @@ func (m *Manifest) Validate() error {
 			return bad("loss_tokens %+v, want path %q, bytes 4 × total_rows = %d", *lt, LossTokensName, 4*int64(m.TotalRows))
 		}
 	}
-	for i, f := range m.Files {
+	for i := range m.Files {
+		f := &m.Files[i]
+		if f.Path == "" || strings.ContainsAny(f.Path, `/\`) || strings.Contains(f.Path, "..") {
+			return bad("files[%d].path %q is not a plain file name", i, f.Path)
+		}
 		if f.Rank != i || f.Path != FileName(i, m.Ranks) {
 			return bad("files[%d] is rank %d %q, want rank %d %q", i, f.Rank, f.Path, i, FileName(i, m.Ranks))
 		}
 		if f.Rows != m.RowsPerRank {
 			return bad("%s has %d rows, want rows_per_rank %d", f.Path, f.Rows, m.RowsPerRank)
 		}
+		if f.Bytes < 0 {
+			return bad("%s has %d bytes", f.Path, f.Bytes)
+		}
+		if err := m.validateBatches(f); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return nil
+}
+
+// validateBatches checks a file entry's batches against batch_rows and its
+// rows (every batch holds batch_rows rows, the last one 1..batch_rows, in
+// order from row 0), and that every buffer lies 8-byte aligned inside the
+// file, so that a reader without Arrow can view the file at these offsets.
+func (m *Manifest) validateBatches(f *FileEntry) error {
+	next := 0
+	for bi, b := range f.Batches {
+		if b.RowStart != next || b.Rows < 1 || b.Rows > m.BatchRows || (b.Rows != m.BatchRows && bi != len(f.Batches)-1) {
+			return fmt.Errorf("%s batch %d: row_start %d rows %d, want row_start %d and %d rows (fewer only in the last batch)",
+				f.Path, bi, b.RowStart, b.Rows, next, m.BatchRows)
+		}
+		next += b.Rows
+		for _, k := range slices.Sorted(maps.Keys(b.Buffers)) {
+			e := b.Buffers[k]
+			if e.Offset < 0 || e.Length < 0 || e.Offset%8 != 0 || e.Offset > f.Bytes || e.Length > f.Bytes-e.Offset {
+				return fmt.Errorf("%s batch %d: buffer %q at offset %d length %d is outside the %d-byte file or unaligned",
+					f.Path, bi, k, e.Offset, e.Length, f.Bytes)
+			}
+		}
+	}
+	if next != f.Rows {
+		return fmt.Errorf("%s: batches hold %d rows, manifest says %d", f.Path, next, f.Rows)
 	}
 	return nil
 }
@@ -245,7 +286,7 @@ func WithChecksum() VerifyOption { return func(c *verifyConfig) { c.checksum = t
 
 // VerifyFile checks one mapped shard against its manifest entry: size, schema
 // metadata, row count, batch layout and buffer offsets (and the SHA-256 with
-// WithChecksum).
+// WithChecksum). Errors wrap ErrMismatch and name the reader's file.
 func (m *Manifest) VerifyFile(r *Reader, rank int, opts ...VerifyOption) error {
 	var c verifyConfig
 	for _, o := range opts {
@@ -254,12 +295,17 @@ func (m *Manifest) VerifyFile(r *Reader, rank int, opts ...VerifyOption) error {
 	if rank < 0 || rank >= len(m.Files) {
 		return fmt.Errorf("%w: rank %d not in manifest (%d files)", ErrMismatch, rank, len(m.Files))
 	}
-	fe := m.Files[rank]
+	fe := &m.Files[rank]
 	mis := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrMismatch, fe.Path, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", ErrMismatch, r.name, fmt.Sprintf(format, args...))
 	}
 	if r.Size() != fe.Bytes {
 		return mis("%d bytes, manifest says %d", r.Size(), fe.Bytes)
+	}
+	if c.checksum {
+		if err := checkSHA256(r.name, r.Bytes(), fe); err != nil {
+			return err
+		}
 	}
 	meta := r.Meta()
 	if meta.Rank != rank || meta.Ranks != m.Ranks || meta.SeqLen != m.SeqLen || meta.Mode != m.Mode ||
@@ -281,19 +327,65 @@ func (m *Manifest) VerifyFile(r *Reader, rank int, opts ...VerifyOption) error {
 		if len(got) != len(be.Buffers) {
 			return mis("batch %d has %d buffers, manifest lists %d", i, len(got), len(be.Buffers))
 		}
-		for k, v := range be.Buffers {
-			if got[k] != v {
-				return mis("batch %d buffer %s at %+v, manifest says %+v", i, k, got[k], v)
+		for _, k := range slices.Sorted(maps.Keys(be.Buffers)) {
+			if g, ok := got[k]; !ok || g != be.Buffers[k] {
+				return mis("batch %d buffer %q at %+v, manifest says %+v", i, k, g, be.Buffers[k])
 			}
 		}
 	}
-	if c.checksum {
-		sum := sha256.Sum256(r.Bytes())
-		if h := hex.EncodeToString(sum[:]); !strings.EqualFold(h, fe.SHA256) {
-			return mis("sha256 %s, manifest says %s", h, fe.SHA256)
-		}
+	return nil
+}
+
+// checkSHA256 compares the SHA-256 of data, the file name, with fe's.
+func checkSHA256(name string, data []byte, fe *FileEntry) error {
+	sum := sha256.Sum256(data)
+	if h := hex.EncodeToString(sum[:]); !strings.EqualFold(h, fe.SHA256) {
+		return fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrMismatch, name, h, fe.SHA256)
 	}
 	return nil
+}
+
+// OpenFile maps the shard of rank stored at path (the file m.Files[rank]
+// names, in the manifest's directory or copied elsewhere) and checks it
+// before it parses a byte of it: its size always (a file of another size is
+// truncated or replaced: ErrCorrupt), its SHA-256 with WithChecksum
+// (ErrMismatch). It then validates the whole structure, as Open does, and
+// the file against its entry, as VerifyFile does. This is how every ferry
+// reader of a shard directory opens a shard.
+func (m *Manifest) OpenFile(path string, rank int, opts ...VerifyOption) (*Reader, error) {
+	var c verifyConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	if rank < 0 || rank >= len(m.Files) {
+		return nil, fmt.Errorf("%w: rank %d, manifest has %d files", ErrConfig, rank, len(m.Files))
+	}
+	fe := &m.Files[rank]
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := func() (*Reader, error) {
+		if int64(len(data)) != fe.Bytes {
+			return nil, fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, path, len(data), fe.Bytes)
+		}
+		if c.checksum {
+			if err := checkSHA256(path, data, fe); err != nil {
+				return nil, err
+			}
+		}
+		return newReader(path, data)
+	}()
+	if err != nil {
+		_ = unmap()
+		return nil, err
+	}
+	r.unmap = unmap
+	if err := m.VerifyFile(r, rank); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // fileEntry builds the manifest entry of a mapped shard.
@@ -318,12 +410,8 @@ func OpenDir(dir string, rank int, opts ...VerifyOption) (*Manifest, *Reader, er
 	if rank < 0 || rank >= m.Ranks {
 		return nil, nil, fmt.Errorf("%w: rank %d, directory has %d ranks", ErrConfig, rank, m.Ranks)
 	}
-	r, err := Open(filepath.Join(dir, m.Files[rank].Path))
+	r, err := m.OpenFile(filepath.Join(dir, m.Files[rank].Path), rank, opts...)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := m.VerifyFile(r, rank, opts...); err != nil {
-		r.Close()
 		return nil, nil, err
 	}
 	return m, r, nil

@@ -55,14 +55,10 @@ type Reader struct {
 	closed  bool
 }
 
-// Open maps the shard file at path and validates it.
+// Open maps the shard file at path and validates it. Manifest.OpenFile
+// also checks the file against the manifest.
 func Open(path string) (*Reader, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, unmap, err := mmap.Map(f)
+	data, unmap, err := mapFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +69,16 @@ func Open(path string) (*Reader, error) {
 	}
 	r.unmap = unmap
 	return r, nil
+}
+
+// mapFile maps the whole file at path read-only.
+func mapFile(path string) ([]byte, func() error, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	return mmap.Map(f)
 }
 
 // NewMappedReader reads a shard held whole in data (mapped or in memory);
@@ -140,7 +146,10 @@ func (b *Batch) Row(i, L int, dst *Row) {
 }
 
 // Buffers returns the absolute file offsets of the batch's values buffers,
-// keyed as in the manifest ("input_ids", "segments.sample", …).
+// keyed as in the manifest ("input_ids", "segments.sample", …): every one
+// of them, each exactly as long as its column needs (rows × seq_len × 4
+// bytes for a token column, and so on). Reader.Bytes()[off : off+len] is
+// the same memory as the typed slice (InputIDs, …).
 func (b *Batch) Buffers() map[string]BufferRef { return b.buffers }
 
 // Close unmaps the file. Slices obtained from the Reader become invalid.
@@ -167,7 +176,7 @@ func newReader(name string, data []byte) (r *Reader, err error) {
 		}
 	}()
 	if len(data) < 16 || string(data[:6]) != "ARROW1" || string(data[len(data)-6:]) != "ARROW1" {
-		return nil, corrupt(name, "not an Arrow IPC file (%d bytes, magic missing)", len(data))
+		return nil, corrupt(name, "not an Arrow IPC file (%d bytes, no ARROW1 magic at both ends)", len(data))
 	}
 	fr, err := ipc.NewMappedFileReader(data,
 		ipc.WithMetadataSizeLimit(MaxMetadataBytes),

@@ -40,8 +40,8 @@ type WriterOption func(*Writer) error
 // WithBatchRows sets the rows per record batch (default DefaultBatchRows).
 func WithBatchRows(n int) WriterOption {
 	return func(w *Writer) error {
-		if n < 1 || n > 1<<20 {
-			return fmt.Errorf("%w: batch_rows %d, want 1..%d", ErrConfig, n, 1<<20)
+		if n < 1 || n > MaxBatchRows {
+			return fmt.Errorf("%w: batch_rows %d, want 1..%d", ErrConfig, n, MaxBatchRows)
 		}
 		w.batchRows = n
 		return nil
