@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,54 +17,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferryml/ferry/internal/shm"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 )
 
 // ErrCorrupt marks a dataset (manifest or shard file) that breaks the shard
-// format contract of docs/shard-format.md.
+// format contract of docs/shard-format.md. Errors from package shard are
+// wrapped with it, so errors.Is also matches shard.ErrCorrupt or
+// shard.ErrMismatch.
 var ErrCorrupt = errors.New("serve: corrupt dataset")
 
 // ErrNotServed reports a row of a shard the daemon was not asked to serve.
 var ErrNotServed = errors.New("serve: shard not served")
 
-// maxManifestSize bounds manifest.json.
-const maxManifestSize = 256 << 20
-
-// manifest is the part of manifest.json the daemon needs.
-type manifest struct {
-	Format      string         `json:"format"`
-	Version     int            `json:"version"`
-	SeqLen      int            `json:"seq_len"`
-	Mode        string         `json:"mode"`
-	Ranks       int            `json:"ranks"`
-	RowsPerRank int64          `json:"rows_per_rank"`
-	BatchRows   int64          `json:"batch_rows"`
-	Files       []manifestFile `json:"files"`
-}
-
-type manifestFile struct {
-	Rank    int             `json:"rank"`
-	Path    string          `json:"path"`
-	Bytes   int64           `json:"bytes"`
-	SHA256  string          `json:"sha256"`
-	Rows    int64           `json:"rows"`
-	Batches []manifestBatch `json:"batches"`
-}
-
-type manifestBatch struct {
-	RowStart int64                     `json:"row_start"`
-	Rows     int64                     `json:"rows"`
-	Buffers  map[string]manifestBuffer `json:"buffers"`
-}
-
-type manifestBuffer struct {
-	Offset int64 `json:"offset"`
-	Length int64 `json:"length"`
-}
-
-// batchView holds the validated buffers of one record batch of a mapped file.
+// batchView holds the buffers of one record batch of a mapped shard, as
+// bytes of the file: fillSlot copies them into a ring as they are.
 type batchView struct {
 	rows                          int
 	inputIDs, labels, positionIDs []byte // rows × L × 4
@@ -74,9 +42,8 @@ type batchView struct {
 
 // shardFile is one mapped shard.
 type shardFile struct {
-	name    string
+	r       *shard.Reader
 	rows    int64
-	data    []byte
 	batches []batchView
 }
 
@@ -125,7 +92,7 @@ func WithCacheDir(dir string) DatasetOption {
 }
 
 // WithVerify checks the SHA-256 of local shards against the manifest
-// (default false: sizes, magic and buffer offsets are always checked;
+// (default false: sizes, structure and buffer offsets are always checked;
 // fetched shards are always hashed while they stream in).
 func WithVerify(v bool) DatasetOption {
 	return func(c *datasetConfig) error { c.verify = v; return nil }
@@ -139,7 +106,9 @@ func WithLogf(logf func(format string, args ...any)) DatasetOption {
 // OpenDataset reads loc/manifest.json and maps the served shards. For an
 // s3:// location the shards are first fetched into the cache directory
 // (verified against the manifest's size and SHA-256 while streaming; a
-// verified copy from an earlier run is reused).
+// verified copy from an earlier run is reused). Package shard parses and
+// checks the manifest (shard.DecodeManifest) and every shard
+// (Manifest.OpenFile); this package only indexes the validated buffers.
 func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dataset, err error) {
 	cfg := datasetConfig{logf: func(string, ...any) {}}
 	for _, o := range opts {
@@ -147,32 +116,21 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 			return nil, err
 		}
 	}
-	ranks, cacheDir, verify := cfg.ranks, cfg.cacheDir, cfg.verify
+	ranks, cacheDir := cfg.ranks, cfg.cacheDir
 	remote := storage.IsS3(loc)
-	mloc := joinLoc(loc, "manifest.json")
-	rc, size, err := storage.OpenStream(ctx, mloc)
+	mloc := joinLoc(loc, shard.ManifestName)
+	rc, _, err := storage.OpenStream(ctx, mloc)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w (a dataprep output directory has a manifest.json)", mloc, err)
 	}
-	if size > maxManifestSize {
-		rc.Close()
-		return nil, fmt.Errorf("%w: %s: %d bytes, limit %d", ErrCorrupt, mloc, size, maxManifestSize)
-	}
-	raw, err := io.ReadAll(io.LimitReader(rc, maxManifestSize+1))
+	var raw bytes.Buffer // kept for Info, which passes on keys this daemon does not know
+	m, err := shard.DecodeManifest(mloc, io.TeeReader(rc, &raw))
 	rc.Close()
 	if err != nil {
-		return nil, fmt.Errorf("serve: %s: %w", mloc, err)
+		return nil, corrupt(err)
 	}
-	m, err := parseManifest(mloc, raw)
-	if err != nil {
-		return nil, err
-	}
-	// The shard package's own validation of the manifest, and below of
-	// every mapped file against it (Arrow structure, schema metadata,
-	// buffer offsets), backs the offsets this package copies from.
-	sm, err := shard.DecodeManifest(mloc, bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	if int64(m.RowsPerRank) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: %s: %d rows per shard, the protocol addresses at most %d", ErrLimit, mloc, m.RowsPerRank, uint64(math.MaxUint32))
 	}
 	if len(ranks) == 0 {
 		for r := range m.Ranks {
@@ -187,7 +145,7 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 			return nil, fmt.Errorf("serve: rank %d to serve: %s has ranks 0..%d", r, mloc, m.Ranks-1)
 		}
 	}
-	d := &Dataset{Loc: loc, SeqLen: m.SeqLen, Pack: m.Mode == "pack", Ranks: m.Ranks, BatchRows: m.BatchRows,
+	d := &Dataset{Loc: loc, SeqLen: m.SeqLen, Pack: m.Mode == shard.ModePack, Ranks: m.Ranks, BatchRows: int64(m.BatchRows),
 		files: make([]*shardFile, m.Ranks), served: ranks, ones: make([]byte, 4*m.SeqLen)}
 	for i := range m.SeqLen {
 		d.ones[4*i] = 1
@@ -205,46 +163,39 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 			return nil, fmt.Errorf("serve: cache directory: %w", err)
 		}
 	}
-	for _, r := range ranks {
-		mf := &m.Files[r]
-		p := joinLoc(loc, mf.Path)
+	for _, rank := range ranks {
+		var r *shard.Reader
 		if remote {
-			local := filepath.Join(cacheDir, mf.SHA256+"-"+path.Base(mf.Path))
-			start := time.Now()
-			fetched, err := fetch(ctx, p, local, mf)
+			r, err = fetchShard(ctx, loc, cacheDir, m, rank, cfg.logf)
+		} else {
+			var vo []shard.VerifyOption
+			if cfg.verify {
+				vo = append(vo, shard.WithChecksum())
+			}
+			r, err = m.OpenFile(joinLoc(loc, m.Files[rank].Path), rank, vo...)
 			if err != nil {
-				return nil, err
-			}
-			if fetched {
-				cfg.logf("fetched %s (%d bytes) to %s in %.1fs", p, mf.Bytes, local, time.Since(start).Seconds())
-			} else {
-				cfg.logf("using %s (verified copy of %s)", local, p)
-			}
-			p = local
-		} else if verify {
-			if err := checkSHA(p, mf); err != nil {
-				return nil, err
+				err = corrupt(err)
 			}
 		}
-		f, err := mapShard(p, m, mf)
 		if err != nil {
 			return nil, err
 		}
-		d.files[r] = f
-		ar, err := shard.NewMappedReader(p, f.data)
-		if err == nil {
-			err = sm.VerifyFile(ar, r)
-			ar.Close() // does not unmap: the data is ours
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-		}
+		d.files[rank] = newShardFile(r)
 	}
-	d.info, err = infoJSON(raw, ranks)
+	d.info, err = infoJSON(raw.Bytes(), ranks)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", mloc, err)
 	}
 	return d, nil
+}
+
+// corrupt marks an error of package shard that says the dataset breaks its
+// contract with ErrCorrupt (I/O errors pass as they are).
+func corrupt(err error) error {
+	if errors.Is(err, shard.ErrCorrupt) || errors.Is(err, shard.ErrMismatch) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return fmt.Errorf("serve: %w", err)
 }
 
 func joinLoc(base, name string) string {
@@ -254,40 +205,27 @@ func joinLoc(base, name string) string {
 	return filepath.Join(base, name)
 }
 
-func parseManifest(name string, raw []byte) (*manifest, error) {
-	var m manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
-	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrCorrupt, name, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case m.Format != "ferry-shards":
-		return nil, bad("format %q, want \"ferry-shards\"", m.Format)
-	case m.Version != 1:
-		return nil, bad("version %d, this daemon reads version 1", m.Version)
-	case m.SeqLen < 1 || m.SeqLen > maxSeqLen:
-		return nil, bad("seq_len %d out of 1..%d", m.SeqLen, maxSeqLen)
-	case m.Mode != "pad" && m.Mode != "pack":
-		return nil, bad("mode %q, want pad or pack", m.Mode)
-	case m.Ranks < 1 || m.Ranks != len(m.Files):
-		return nil, bad("ranks %d with %d files", m.Ranks, len(m.Files))
-	case m.BatchRows < 1:
-		return nil, bad("batch_rows %d", m.BatchRows)
-	}
-	for i, f := range m.Files {
-		if f.Rank != i {
-			return nil, bad("files[%d] is rank %d", i, f.Rank)
+// newShardFile indexes the batches of a validated shard: the reader lists
+// every values buffer, and the manifest's checks guarantee batch_rows rows
+// in every batch but the last, and at least one segment per row.
+func newShardFile(r *shard.Reader) *shardFile {
+	data := r.Bytes()
+	f := &shardFile{r: r, rows: int64(r.NumRows()), batches: make([]batchView, r.NumBatches())}
+	for i := range f.batches {
+		b := r.Batch(i)
+		bufs := b.Buffers()
+		buf := func(name string) []byte {
+			ref := bufs[name]
+			return data[ref.Offset : ref.Offset+ref.Length]
 		}
-		if f.Path == "" || path.IsAbs(f.Path) || strings.Contains(f.Path, "..") || strings.ContainsRune(f.Path, '\\') {
-			return nil, bad("files[%d].path %q is not a plain file name", i, f.Path)
-		}
-		if f.Rows != m.RowsPerRank || f.Rows < 0 || f.Rows > 1<<32-1 {
-			return nil, bad("files[%d].rows %d, rows_per_rank %d", i, f.Rows, m.RowsPerRank)
+		f.batches[i] = batchView{rows: b.Rows,
+			inputIDs: buf(shard.ColInputIDs), labels: buf(shard.ColLabels), length: buf(shard.ColLength),
+			segOffsets: buf("segments.offsets"), segSample: buf("segments.sample")}
+		if b.PositionIDs != nil {
+			f.batches[i].positionIDs = buf(shard.ColPositionIDs)
 		}
 	}
-	return &m, nil
+	return f
 }
 
 // infoJSON is the manifest as sent to clients: without per-batch buffers
@@ -325,154 +263,62 @@ func (d *Dataset) Served() []int { return d.served }
 func (d *Dataset) Close() error {
 	for i, f := range d.files {
 		if f != nil {
-			shm.Unmap(f.data)
+			f.r.Close()
 			d.files[i] = nil
 		}
 	}
 	return nil
 }
 
-func mapShard(p string, m *manifest, mf *manifestFile) (*shardFile, error) {
-	fh, err := os.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("serve: shard: %w", err)
+// fetchShard maps the shard of rank of the S3 dataset at loc from the cache
+// directory, fetching it first unless a copy that checks out against the
+// manifest (size, SHA-256, structure) is already there. The copy is named by
+// its SHA-256.
+func fetchShard(ctx context.Context, loc, cacheDir string, m *shard.Manifest, rank int, logf func(string, ...any)) (*shard.Reader, error) {
+	fe := &m.Files[rank]
+	src := joinLoc(loc, fe.Path)
+	local := filepath.Join(cacheDir, fe.SHA256+"-"+path.Base(fe.Path))
+	if r, err := m.OpenFile(local, rank, shard.WithChecksum()); err == nil {
+		logf("using %s (verified copy of %s)", local, src)
+		return r, nil
 	}
-	defer fh.Close()
-	data, err := shm.MapFile(fh)
-	if err != nil {
-		return nil, fmt.Errorf("serve: shard %s: %w", p, err)
-	}
-	f := &shardFile{name: p, rows: mf.Rows, data: data}
-	if err := f.index(m, mf); err != nil {
-		shm.Unmap(data)
+	start := time.Now()
+	if err := fetch(ctx, src, local, fe); err != nil {
 		return nil, err
 	}
-	return f, nil
-}
-
-// index validates the file against its manifest entry and slices the buffers
-// of every batch, so that filling a slot needs no further checks.
-func (f *shardFile) index(m *manifest, mf *manifestFile) error {
-	size := int64(len(f.data))
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrCorrupt, f.name, fmt.Sprintf(format, args...))
-	}
-	if size != mf.Bytes {
-		return bad("%d bytes, manifest says %d", size, mf.Bytes)
-	}
-	if size < 8 || string(f.data[:6]) != "ARROW1" || string(f.data[size-6:]) != "ARROW1" {
-		return bad("not an Arrow IPC file (no ARROW1 magic at byte 0 and at the end)")
-	}
-	L := int64(m.SeqLen)
-	var next int64
-	for bi, b := range mf.Batches {
-		if b.RowStart != next || b.Rows < 1 || b.Rows > m.BatchRows || (b.Rows != m.BatchRows && bi != len(mf.Batches)-1) {
-			return bad("batch %d: row_start %d rows %d, want row_start %d and %d rows (fewer only in the last batch)", bi, b.RowStart, b.Rows, next, m.BatchRows)
-		}
-		next += b.Rows
-		buf := func(name string, want int64, exact bool) ([]byte, error) {
-			e, ok := b.Buffers[name]
-			if !ok {
-				return nil, bad("batch %d: buffer %q missing from the manifest", bi, name)
-			}
-			if e.Offset < 0 || e.Length < 0 || e.Offset%8 != 0 || e.Offset > size || e.Length > size-e.Offset {
-				return nil, bad("batch %d: buffer %q at offset %d length %d is outside the %d-byte file or unaligned", bi, name, e.Offset, e.Length, size)
-			}
-			if e.Length < want {
-				return nil, bad("batch %d: buffer %q is %d bytes, want %d", bi, name, e.Length, want)
-			}
-			return f.data[e.Offset : e.Offset+e.Length], nil
-		}
-		v := batchView{rows: int(b.Rows)}
-		var err error
-		if v.inputIDs, err = buf("input_ids", b.Rows*L*4, true); err != nil {
-			return err
-		}
-		if v.labels, err = buf("labels", b.Rows*L*4, true); err != nil {
-			return err
-		}
-		if m.Mode == "pack" {
-			if v.positionIDs, err = buf("position_ids", b.Rows*L*4, true); err != nil {
-				return err
-			}
-		}
-		if v.length, err = buf("length", b.Rows*4, true); err != nil {
-			return err
-		}
-		if v.segOffsets, err = buf("segments.offsets", (b.Rows+1)*4, true); err != nil {
-			return err
-		}
-		if v.segSample, err = buf("segments.sample", 0, false); err != nil {
-			return err
-		}
-		nseg := int64(len(v.segSample) / 8)
-		prev := int64(0)
-		for r := int64(0); r <= b.Rows; r++ {
-			o := int64(int32(le.Uint32(v.segOffsets[4*r:])))
-			if (r == 0 && o != 0) || o < prev || o > nseg || (r > 0 && o == prev) {
-				return bad("batch %d: segments offset %d of row %d not increasing within 0..%d", bi, o, b.RowStart+r, nseg)
-			}
-			prev = o
-		}
-		for r := int64(0); r < b.Rows; r++ {
-			if n := int64(int32(le.Uint32(v.length[4*r:]))); n < 0 || n > L {
-				return bad("row %d: length %d out of 0..%d", b.RowStart+r, n, L)
-			}
-		}
-		f.batches = append(f.batches, v)
-	}
-	if next != mf.Rows {
-		return bad("batches hold %d rows, manifest says %d", next, mf.Rows)
-	}
-	return nil
-}
-
-func checkSHA(p string, mf *manifestFile) error {
-	fh, err := os.Open(p)
+	logf("fetched %s (%d bytes) to %s in %.1fs", src, fe.Bytes, local, time.Since(start).Seconds())
+	r, err := m.OpenFile(local, rank) // hashed while it streamed in
 	if err != nil {
-		return fmt.Errorf("serve: shard: %w", err)
+		return nil, corrupt(err)
 	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return fmt.Errorf("serve: shard %s: %w", p, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != mf.SHA256 {
-		return fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrCorrupt, p, got, mf.SHA256)
-	}
-	return nil
+	return r, nil
 }
 
-// fetch copies a remote shard into local, verifying size and SHA-256 on the
-// way; an existing verified copy (named by its SHA-256) is reused, and
-// fetched reports false then.
-func fetch(ctx context.Context, src, local string, mf *manifestFile) (fetched bool, err error) {
-	if st, err := os.Stat(local); err == nil && st.Size() == mf.Bytes {
-		if checkSHA(local, mf) == nil {
-			return false, nil
-		}
-	}
+// fetch copies a remote shard into local, checking its size and SHA-256
+// against fe while it streams, so that only a verified copy is ever
+// committed to the cache.
+func fetch(ctx context.Context, src, local string, fe *shard.FileEntry) error {
 	rc, size, err := storage.OpenStream(ctx, src)
 	if err != nil {
-		return false, fmt.Errorf("serve: fetch %s: %w", src, err)
+		return fmt.Errorf("serve: fetch %s: %w", src, err)
 	}
 	defer rc.Close()
-	if size != mf.Bytes {
-		return false, fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, src, size, mf.Bytes)
+	if size != fe.Bytes {
+		return fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, src, size, fe.Bytes)
 	}
 	w, err := storage.Create(ctx, local, storage.WithOverwrite(true))
 	if err != nil {
-		return false, fmt.Errorf("serve: fetch %s: %w", src, err)
+		return fmt.Errorf("serve: fetch %s: %w", src, err)
 	}
 	defer w.Abort()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(w, h), rc); err != nil {
-		return false, fmt.Errorf("serve: fetch %s: %w", src, err)
+		return fmt.Errorf("serve: fetch %s: %w", src, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != mf.SHA256 {
-		return false, fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrCorrupt, src, got, mf.SHA256)
+	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, fe.SHA256) {
+		return fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrCorrupt, src, got, fe.SHA256)
 	}
-	return true, w.Commit()
+	return w.Commit()
 }
 
 // checkRun reports an error wrapping ErrNotServed or ErrLimit for a run

@@ -2,6 +2,8 @@ package serve
 
 import (
 	"fmt"
+
+	"github.com/ferryml/ferry/shard"
 )
 
 // Column is one entry of the shared-memory column table: where a column
@@ -36,9 +38,9 @@ type Layout struct {
 	Columns  [NumColumns]Column
 }
 
-// Limits on a layout read from an untrusted header.
+// Limits on a layout read from an untrusted header (seq_len: that of the
+// shards, 1..shard.MaxSeqLen).
 const (
-	maxSeqLen = 1 << 20
 	// MaxShmSize bounds the memfd of one client.
 	MaxShmSize = 64 << 30
 )
@@ -49,7 +51,7 @@ func alignUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
 // seqLen tokens in the given mode.
 func NewLayout(slots, maxRows, seqLen, mode uint32) (Layout, error) {
 	l := Layout{Slots: slots, MaxRows: maxRows, SeqLen: seqLen, Mode: mode}
-	if slots < 1 || slots > MaxSlots || maxRows < 1 || maxRows > MaxRows || seqLen < 1 || seqLen > maxSeqLen || mode > ModePack {
+	if slots < 1 || slots > MaxSlots || maxRows < 1 || maxRows > MaxRows || seqLen < 1 || seqLen > shard.MaxSeqLen || mode > ModePack {
 		return l, fmt.Errorf("%w: layout slots=%d max_rows=%d seq_len=%d mode=%d", ErrLimit, slots, maxRows, seqLen, mode)
 	}
 	off := uint64(SlotHeaderSize)
