@@ -9,7 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/ferryml/ferry/shard/internal/mmap"
+	"github.com/ferryml/ferry/internal/mmap"
 )
 
 // Limits a Reader enforces on untrusted files.

@@ -1,7 +1,8 @@
 // Package shm wraps the Linux system calls behind ferry's shared-memory feed:
 // anonymous sealed memory files (memfd_create + F_ADD_SEALS), eventfd
-// counters, shared mappings, and passing file descriptors over a Unix socket
-// with SCM_RIGHTS.
+// counters, shared read-write mappings of a memfd, and passing file
+// descriptors over a Unix socket with SCM_RIGHTS. (Files are mapped
+// read-only by internal/mmap.)
 //
 // Memfd, GetSeals and Eventfd exist on Linux only (shm_linux.go); elsewhere
 // they return an error wrapping ErrUnsupported (shm_other.go), so that code
@@ -33,28 +34,7 @@ func Map(f *os.File, size int) ([]byte, error) {
 	return b, nil
 }
 
-// MapFile maps a whole regular file read-only (shared). An empty file maps to
-// an empty slice without a system call.
-func MapFile(f *os.File) ([]byte, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := st.Size()
-	if size == 0 {
-		return []byte{}, nil
-	}
-	if int64(int(size)) != size {
-		return nil, fmt.Errorf("shm: %s: %d bytes do not fit the address space", f.Name(), size)
-	}
-	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("shm: mmap %s: %w", f.Name(), err)
-	}
-	return b, nil
-}
-
-// Unmap releases a mapping made by Map or MapFile.
+// Unmap releases a mapping made by Map.
 func Unmap(b []byte) error {
 	if len(b) == 0 {
 		return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,24 +111,5 @@ func TestPassFds(t *testing.T) {
 	SendFds(a, []byte("x"), m, e, m)
 	if _, got, err := RecvFds(b, buf, 2); !errors.Is(err, ErrTruncated) || got != nil {
 		t.Fatalf("3 fds into room for 2: %v", err)
-	}
-}
-
-func TestMapFile(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "f")
-	os.WriteFile(p, []byte("ARROW1 data"), 0o644)
-	f, _ := os.Open(p)
-	defer f.Close()
-	b, err := MapFile(f)
-	if err != nil || string(b) != "ARROW1 data" {
-		t.Fatalf("%q %v", b, err)
-	}
-	Unmap(b)
-	os.WriteFile(p+"0", nil, 0o644)
-	f0, _ := os.Open(p + "0")
-	defer f0.Close()
-	if b, err := MapFile(f0); err != nil || len(b) != 0 {
-		t.Fatalf("empty file: %d bytes, %v", len(b), err)
 	}
 }

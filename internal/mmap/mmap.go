@@ -1,6 +1,14 @@
-// Package mmap maps whole files read-only into memory. It is the only place
-// in shard/ that makes system calls. On systems without mmap (Windows) Map
-// reads the file into the Go heap instead, with the same contract.
+// Package mmap maps whole files read-only into memory: ferry's one file
+// mapper (package shard reads every shard through it; serve maps shards
+// through shard). On systems without mmap (Windows) Map reads the file into
+// the Go heap instead, with the same contract.
+//
+// The shared read-write mapping of a serve ring (a memfd, not a file of the
+// file system) is internal/shm's, with the rest of that transport.
+//
+// Map is safe for concurrent use. The returned bytes are valid until the
+// returned unmap function is called (it may be called more than once);
+// writing to them faults.
 package mmap
 
 import (
