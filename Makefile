@@ -22,7 +22,7 @@ export PATH := $(GOBIN_DIR):$(PATH)
 
 BINARIES := dataprep ckptmerge ferry-serve
 
-.PHONY: all build test test-go test-python install-python setup-test-deps vet cross fmt-check lint fuzz demo bench bench-quick clean
+.PHONY: all build test test-go test-python install-python setup-test-deps vet cross fmt-check layering lint fuzz demo bench bench-quick clean
 
 all: build
 
@@ -46,8 +46,13 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The import layers (internal/layering): libraries never import cmd/ or
+# serve/, tokenize imports nothing of ferry. `go test ./...` runs it too.
+layering:
+	$(GO) test -count=1 ./internal/layering/
+
 # dataprep and ckptmerge also build for Windows (ferry-serve is Linux-only).
-lint: vet cross fmt-check
+lint: vet cross fmt-check layering
 	GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/dataprep ./cmd/ckptmerge
 	@if [ -x "$(GOBIN_DIR)/staticcheck" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); then \
 		"$(GOBIN_DIR)/staticcheck" ./...; \

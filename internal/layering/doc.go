@@ -1,0 +1,13 @@
+// Package layering holds no code: its test keeps ferry's import graph in
+// layers, as pebble's TestForbiddenImports and restic's depguard do. Read
+// from `go list -json`, over every package of the module, with its tests:
+//
+//	cmd/…      the commands; nothing imports them
+//	serve      the daemon: only cmd/ferry-serve, serve's own tests and
+//	           other main packages may import it, never a library
+//	shard, ckpt, internal/…
+//	           libraries: never import cmd/ or serve
+//	tokenize/… imports nothing of ferry outside tokenize/ (its tests may)
+//
+// `make lint` runs it, and so does `go test ./...`.
+package layering
