@@ -155,6 +155,18 @@
 // the Go tests and python/tests/test_serve.py both check their encoders
 // against it.
 //
+// # Dataset
+//
+// This package holds no parser of the shard format: OpenDataset reads
+// manifest.json with shard.DecodeManifest (which validates it whole, every
+// batch and buffer offset included) and maps each served shard with
+// shard.Manifest.OpenFile (size, SHA-256 with WithVerify, Arrow structure,
+// the file against its manifest entry). It then indexes the validated
+// buffers of every record batch (shard.Batch.Buffers), so that filling a
+// slot is a few copies and no check. The shards of an s3:// dataset are
+// fetched into the cache directory first, hashed while they stream in and
+// named by their SHA-256; a cached copy is reused when it checks out.
+//
 // # Concurrency and limits
 //
 // A Server serves clients concurrently, one goroutine each; a Dataset is
