@@ -5,8 +5,11 @@ seeds' way and ferry's way, then checkpointed the seeds' way and ferry's way.
 Usage (on the GPU machine, from the repository root; no network needed):
     bench/gpu/prepare.sh [ALPACA_JSON]        # first, on the build machine
     python3 bench/gpu/fsdp_bench.py --prepared bench/work/gpu [--out result.json]
+    python3 bench/gpu/fsdp_bench.py --smoke   # the same code paths on CPU (gloo, tiny
+                                              # model, a few steps): tests/test_bench_gpu.py
 
-Needs PyTorch >= 2.1 with CUDA, transformers (any version with Qwen2), numpy.
+Needs PyTorch >= 2.4 with CUDA, transformers >= 4.53 (4.x or 5.x), numpy: the
+real stack ferry supports (python/README.md#supported-versions).
 Nothing is downloaded: the model is a randomly initialised small Qwen2
 (config below), the tokenizer is the repository's Qwen2.5 tokenizer.json, the
 data is the prepared Alpaca file. Runs in well under 8 minutes on one H100/H200.
@@ -26,9 +29,17 @@ checkpointing, AdamW lr 2e-5, micro-batch 4 x 1024, gradient accumulation 2):
   set-up + model + FSDP wrap + the first step), and steady throughput over
   --steps optimizer steps after --warmup: positions/s (all B x L positions) and
   real tokens/s (non-padding tokens, the ones that carry training signal).
-  Packed rows need flash-attention-2 to keep examples apart; without it (sdpa)
-  the throughput is the same but examples in a row attend to each other, and
-  the table says so.
+  The ferry phases use ferry.Loader(grad_accum=...) and ferry.to_device, so
+  every micro-batch carries num_items_in_batch (the loss is the step's token
+  mean) and, in pack mode, cu_seq_lens_q/k and max_length_q/k: examples in a
+  row never attend to each other on flash_attention_2 or sdpa. The pack phase
+  calls ferry.check_packing(model) first and reports its verdict.
+
+  0. Isolation on this GPU (before the phases): a small random-init Qwen2 on
+     real ferry pack batches (4 rows of several documents); for every
+     document, the max |diff| between its logits in the packed batch and run
+     alone, for sdpa (fp32), eager (fp32) and flash_attention_2 (bf16, when
+     flash-attn is installed).
 
   4. Checkpoint, on the model trained in phase 3: the seeds' save (rank-0
      FULL_STATE_DICT gather + save_pretrained) vs ferry's (SHARDED_STATE_DICT
@@ -55,6 +66,7 @@ import time
 
 T_START = time.perf_counter()
 BUDGET_S = 7 * 60  # stop starting new phases after this; the job must end < 8 min
+SMOKE = "--smoke" in sys.argv[1:]  # CPU, gloo, tiny model: the script's own test
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "python"))
@@ -66,8 +78,8 @@ from torch.distributed.fsdp import MixedPrecision, ShardingStrategy, StateDictTy
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, DistributedSampler  # noqa: E402
 
-SEQ_LEN = 1024
-BATCH = 4
+SEQ_LEN = 128 if SMOKE else 1024
+BATCH = 2 if SMOKE else 4
 GRAD_ACCUM = 2
 LR = 2e-5
 EOS = "<|endoftext|>"  # Qwen2.5 base: eos = pad
@@ -78,6 +90,9 @@ MODEL_CONFIG = dict(
     num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096,
     rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, use_cache=False,
 )
+if SMOKE:
+    MODEL_CONFIG.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2)
 
 
 def log(msg):
@@ -91,7 +106,8 @@ def free_port():
 
 
 def sync():
-    torch.cuda.synchronize()
+    if torch.cuda.is_available() and not SMOKE:
+        torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------------- model ----
@@ -106,13 +122,11 @@ def attn_impl():
     return "sdpa"
 
 
-def new_model(cls, cfg, attn):
-    """A randomly initialised bf16 model with the given attention kernel."""
-    try:
-        return cls._from_config(cfg, attn_implementation=attn, torch_dtype=torch.bfloat16)
-    except TypeError:  # older transformers
-        cfg._attn_implementation = attn
-        return cls(cfg).to(torch.bfloat16)
+def new_model(cls, cfg, attn, dtype=None):
+    """A randomly initialised model (bf16; fp32 in smoke mode) with the given
+    attention kernel."""
+    dtype = dtype or (torch.float32 if SMOKE else torch.bfloat16)
+    return cls._from_config(cfg, attn_implementation=attn, dtype=dtype)
 
 
 def build_model(device, attn):
@@ -127,12 +141,10 @@ def build_model(device, attn):
     model.config.use_cache = False
     model.gradient_checkpointing_enable()
     wrap = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Qwen2DecoderLayer})
-    model = FSDP(
-        model, auto_wrap_policy=wrap, sharding_strategy=ShardingStrategy.FULL_SHARD,
-        mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
-                                       buffer_dtype=torch.bfloat16),
-        device_id=device, use_orig_params=True,
-    )
+    mp = None if SMOKE else MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
+                                           buffer_dtype=torch.bfloat16)
+    model = FSDP(model, auto_wrap_policy=wrap, sharding_strategy=ShardingStrategy.FULL_SHARD, mixed_precision=mp,
+                 device_id=device, use_orig_params=True)
     return model, cfg
 
 
@@ -183,7 +195,9 @@ def seed_loader(tok_dir, records_path):
 
 def ferry_loader(shards):
     import ferry
-    loader = ferry.Loader(shards, BATCH, rank=dist.get_rank(), world_size=dist.get_world_size(), drop_last=True)
+    # grad_accum: every micro-batch carries num_items_in_batch, the step's token count.
+    loader = ferry.Loader(shards, BATCH, rank=dist.get_rank(), world_size=dist.get_world_size(), drop_last=True,
+                          grad_accum=GRAD_ACCUM, num_items_in_batch=True)
     loader.set_epoch(0)
     return loader, loader.manifest.unique_rows
 
@@ -215,25 +229,25 @@ def real_tokens(batch):
 
 
 def to_device(batch, device):
-    out = {}
-    for k, v in batch.items():
-        v = v.to(device, non_blocking=True)
-        if k in ("input_ids", "labels", "position_ids"):
-            v = v.long()
-        out[k] = v
-    return out
+    import ferry
+    return ferry.to_device(batch, device)  # ids to int64 on the device; pack keys and num_items_in_batch kept
 
 
-def train_phase(name, make_loader, device, attn, warmup, steps):
+def train_phase(name, make_loader, device, attn, warmup, steps, pack=False):
     """Time to first optimizer step and steady throughput of one data path."""
     sync()
     t0 = time.perf_counter()
     model, cfg = build_model(device, attn)
+    packing = None
+    if pack:
+        import ferry
+        packing = ferry.check_packing(model)  # PackingError (the phase fails) where documents would mix
+        log(f"{name}: {packing}")
     loader, n_rows = make_loader()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     model.train()
     it = iter(loader)
-    res = {"phase": name, "rows": n_rows, "attn": attn}
+    res = {"phase": name, "rows": n_rows, "attn": attn, "packing": packing}
     step, micro, losses = 0, 0, []
     positions = tokens = 0
     t_measure = None
@@ -252,7 +266,7 @@ def train_phase(name, make_loader, device, attn, warmup, steps):
         (out.loss / GRAD_ACCUM).backward()
         micro += 1
         if micro % GRAD_ACCUM == 0:
-            model.clip_grad_norm_(1.0)
+            model.clip_grad_norm_(1.0)  # FSDP's: the global norm
             optimizer.step()
             optimizer.zero_grad()
             step += 1
@@ -273,17 +287,56 @@ def train_phase(name, make_loader, device, attn, warmup, steps):
     return model, cfg, optimizer, res
 
 
+# ------------------------------------------------------------ isolation ----
+
+def isolation_check(shards, device):
+    """Every document of ferry pack batches: its logits in the packed batch
+    vs run alone, per attention implementation (max |diff|; documents come
+    from the shard's segments column, an account of the boundaries that is
+    independent of the batch's cu_seq_lens)."""
+    import ferry
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    impls = [("sdpa", torch.float32), ("eager", torch.float32)]
+    try:
+        from transformers.utils import is_flash_attn_2_available
+        if device.type == "cuda" and is_flash_attn_2_available():
+            impls.append(("flash_attention_2", torch.bfloat16))
+    except ImportError:
+        pass
+    small = dict(hidden_size=64, intermediate_size=128) if SMOKE else dict(hidden_size=256, intermediate_size=512)
+    cfg = Qwen2Config(**dict(MODEL_CONFIG, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **small))
+    out = []
+    for attn, dtype in impls:
+        torch.manual_seed(0)
+        model = new_model(Qwen2ForCausalLM, cfg, attn, dtype).to(device).eval()
+        verdict = ferry.check_packing(model)
+        ld = ferry.Loader(shards, 4, rank=0, world_size=1, shuffle=False, num_items_in_batch=False)
+        worst, docs, several = 0.0, 0, 0
+        with torch.no_grad():
+            for (shard, row, rows), batch in zip(ld.schedule()[:1 if SMOKE else 2], ld):
+                b = ferry.to_device(batch, device)
+                logits = model(**b).logits.float()
+                sf = ld.shards.shard(shard)
+                for r in range(rows):
+                    segs = sf.segments(row + r)
+                    several += len(segs) > 1
+                    for _, start, length in segs:
+                        alone = model(input_ids=b["input_ids"][r:r + 1, start:start + length], use_cache=False).logits
+                        worst = max(worst, float((alone[0].float() - logits[r, start:start + length]).abs().max()))
+                        docs += 1
+        ld.close()
+        del model
+        out.append({"attn": attn, "dtype": str(dtype).replace("torch.", ""), "documents": docs,
+                    "rows_with_several": several, "max_abs_diff": worst, "check_packing": verdict})
+        log(f"isolation {attn} {dtype}: {docs} documents, max |packed - alone| = {worst:.3g}")
+    return out
+
+
 # ----------------------------------------------------------- checkpoint ----
 
 def dcp_save(state_dict, path):
     import torch.distributed.checkpoint as dcp
-    if hasattr(dcp, "save"):
-        try:
-            dcp.save(state_dict, checkpoint_id=path)
-            return
-        except TypeError:
-            pass
-    dcp.save_state_dict(state_dict, dcp.FileSystemWriter(path))
+    dcp.save(state_dict, checkpoint_id=path)
 
 
 def checkpoint_phase(model, cfg, tok_dir, bin_dir, work, device):
@@ -297,7 +350,7 @@ def checkpoint_phase(model, cfg, tok_dir, bin_dir, work, device):
                               FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
         cpu_state = model.state_dict()
     res["seed_gather_s"] = time.perf_counter() - t0
-    model.module.save_pretrained(full_dir, state_dict=cpu_state)
+    model.module.save_pretrained(full_dir, state_dict=dict(cpu_state))  # transformers 5 empties the dict it is given
     res["seed_save_s"] = time.perf_counter() - t0
 
     # ferry's way: sharded DCP save (no gather), then ckptmerge.
@@ -335,10 +388,7 @@ def checkpoint_phase(model, cfg, tok_dir, bin_dir, work, device):
     if missing or unexpected:
         raise RuntimeError(f"full state dict: missing {missing[:5]}, unexpected {unexpected[:5]}")
     t0 = time.perf_counter()
-    try:
-        back = AutoModelForCausalLM.from_pretrained(merged, torch_dtype=torch.bfloat16, attn_implementation="eager")
-    except TypeError:
-        back = AutoModelForCausalLM.from_pretrained(merged, torch_dtype=torch.bfloat16)
+    back = AutoModelForCausalLM.from_pretrained(merged, dtype=next(ref.parameters()).dtype, attn_implementation="eager")
     res["from_pretrained_s"] = time.perf_counter() - t0
     ref_sd, back_sd = ref.state_dict(), back.state_dict()
     diff = [k for k in ref_sd if k not in back_sd or back_sd[k].dtype != ref_sd[k].dtype
@@ -392,9 +442,13 @@ def main():
     ap.add_argument("--records", type=int, default=0, help="use only the first N records (0 = all)")
     ap.add_argument("--warmup", type=int, default=3, help="optimizer steps before the steady measurement")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps measured")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU, gloo, fp32, a tiny model, 64 records, 2 steps: checks the script itself")
     a = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("fsdp_bench: no CUDA device")
+    if a.smoke:
+        a.records, a.warmup, a.steps = a.records or 64, 0, 2
+    elif not torch.cuda.is_available():
+        sys.exit("fsdp_bench: no CUDA device (--smoke runs on CPU)")
     prepared = os.path.abspath(a.prepared)
     for p in ("bin/dataprep.gz", "bin/ckptmerge.gz", "tok/qwen2.5/tokenizer.json.gz", "alpaca.json.gz"):
         if not os.path.exists(os.path.join(prepared, p)):
@@ -408,15 +462,19 @@ def main():
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("LOCAL_RANK", "0")
-    dist.init_process_group(backend="nccl")
     local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    device = torch.device(f"cuda:{local_rank}")
+    if a.smoke:
+        dist.init_process_group(backend="gloo")
+        device = torch.device("cpu")
+    else:
+        dist.init_process_group(backend="nccl")
+        torch.cuda.set_device(local_rank)
+        device = torch.device(f"cuda:{local_rank}")
     import transformers
     info = {"torch": torch.__version__, "transformers": transformers.__version__,
-            "gpu": torch.cuda.get_device_name(device), "model": MODEL_CONFIG,
-            "seq_len": SEQ_LEN, "batch": BATCH, "grad_accum": GRAD_ACCUM}
-    attn = attn_impl()
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke)",
+            "model": MODEL_CONFIG, "seq_len": SEQ_LEN, "batch": BATCH, "grad_accum": GRAD_ACCUM}
+    attn = "sdpa" if a.smoke else attn_impl()
     log(f"{info['gpu']}, torch {info['torch']}, transformers {info['transformers']}, attention {attn}")
 
     work = tempfile.mkdtemp(prefix="ferry-gpu-bench-")
@@ -433,11 +491,18 @@ def main():
         del records
 
         phases = [
-            ("seed: in-process tokenize, pad 1024, DistributedSampler", None,
+            (f"seed: in-process tokenize, pad {SEQ_LEN}, DistributedSampler", None,
              lambda: seed_loader(tok_dir, records_json)),
             ("ferry pad", "pad", lambda: ferry_loader(os.path.join(work, "shards-pad"))),
             ("ferry pack", "pack", lambda: ferry_loader(os.path.join(work, "shards-pack"))),
         ]
+        try:
+            iso_dir = os.path.join(work, "shards-iso")
+            run_dataprep(bin_dir, tok_dir, records_json, "pack", iso_dir)
+            results["isolation"] = isolation_check(iso_dir, device)
+        except Exception as e:
+            results["errors"].append(f"isolation: {type(e).__name__}: {e}")
+            log(f"isolation: FAILED: {e}")
         model = cfg = None
         for name, mode, make in phases:
             if time.perf_counter() - T_START > BUDGET_S:
@@ -451,7 +516,7 @@ def main():
                 del model
                 model = None
                 torch.cuda.empty_cache()
-                model, cfg, opt, res = train_phase(name, make, device, attn, a.warmup, a.steps)
+                model, cfg, opt, res = train_phase(name, make, device, attn, a.warmup, a.steps, pack=mode == "pack")
                 del opt
                 res["dataprep_s"] = prep_s
                 results["phases"].append(res)
@@ -487,11 +552,18 @@ def main():
         ])
     print(f"\nferry GPU bench: {info['gpu']}, torch {info['torch']}, transformers {info['transformers']}, "
           f"attention {attn}; Qwen2 {MODEL_CONFIG['num_hidden_layers']}L/{MODEL_CONFIG['hidden_size']}, "
-          f"FSDP FULL_SHARD bf16, batch {BATCH}x{SEQ_LEN}, grad accum {GRAD_ACCUM}, {info.get('records')} records\n")
+          f"FSDP FULL_SHARD {'fp32' if SMOKE else 'bf16'}, batch {BATCH}x{SEQ_LEN}, grad accum {GRAD_ACCUM}, {info.get('records')} records\n")
     print(table(rows, ["data path", "rows", "dataprep s", "first step s", "vs seed", "positions/s",
                        "real tokens/s", "vs seed", "padding"]))
-    if attn != "flash_attention_2":
-        print("note: no flash-attention-2 here: packed examples share attention within a row (throughput is unaffected)")
+    for p in results["phases"]:
+        if p.get("packing"):
+            print(f"{p['phase']}: ferry.check_packing: {p['packing']}")
+    iso = results.get("isolation")
+    if iso:
+        print()
+        print(table([[r["attn"], r["dtype"], r["documents"], r["rows_with_several"], f"{r['max_abs_diff']:.3g}"]
+                     for r in iso], ["isolation: attention", "dtype", "documents", "rows of several",
+                                     "max |packed - alone|"]))
     c = results.get("checkpoint")
     if c:
         print()
@@ -505,7 +577,8 @@ def main():
     for e in results["errors"]:
         print(f"error: {e}")
     print(f"\n{results['elapsed_s']:.0f} s in all; JSON: {out_path}")
-    ok = not results["errors"] and c and c["params_identical"] and c["logits_identical"]
+    iso_ok = bool(iso) and all(r["max_abs_diff"] <= (1e-4 if r["dtype"] == "float32" else 5e-2) for r in iso)
+    ok = not results["errors"] and c and c["params_identical"] and c["logits_identical"] and iso_ok
     return 0 if ok else 1
 
 
