@@ -28,16 +28,21 @@ func TestS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := storage.Create(ctx, in)
-	if err != nil {
-		t.Fatal(err)
+	put := func(loc string) {
+		t.Helper()
+		w, err := storage.Create(ctx, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Abort()
+		if _, err := w.Write(raw); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := w.Write(raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	put(in)
 	out := bucket + "/shards"
 	args := []string{"--input", in, "--tokenizer", qwen.dir, "--mode", "pack", "--ranks", "2", "--quiet", "--out", out}
 	mustPrep(t, args...)
@@ -84,16 +89,7 @@ func TestS3(t *testing.T) {
 	// A glob under an s3:// prefix: the matching objects in key order, the
 	// others (another split, a deeper key) left out.
 	for _, key := range []string{"in/train-1.json.zst", "in/train-0.json.zst", "in/test-0.json.zst", "in/sub/train-2.json.zst"} {
-		w, err := storage.Create(ctx, bucket+"/"+key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write(raw); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		put(bucket + "/" + key)
 	}
 	files, err := dataset.Expand(ctx, []string{bucket + "/in/train-*.json.zst"})
 	if err != nil {
