@@ -135,7 +135,7 @@ func (o *localOut) Commit() error {
 			return fail(fmt.Errorf("file is %d bytes, planned %d", st.Size(), o.size))
 		}
 	}
-	if err := o.f.Sync(); err != nil {
+	if err := storage.SyncFile(o.f); err != nil {
 		return fail(err)
 	}
 	if err := o.f.Close(); err != nil {
