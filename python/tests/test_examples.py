@@ -179,8 +179,9 @@ def test_yaml_installs_ferry_from_the_wheel(example):
     wheels = [d for d in y["environment"]["dependencies"] if "ferry" in d]
     assert wheels == [f"./ferry-{version}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], wheels
     assert "bin/" not in y["command"] and "bundle.sh" not in y["command"]
+    code = "\n".join(line for line in y["command"].splitlines() if not line.lstrip().startswith("#"))
     for cmd in ("dataprep", "ckptmerge"):
-        assert re.search(rf"(^|\s){cmd} --", y["command"], re.M), f"{cmd} is not run from the PATH"
+        assert re.search(rf"(^|\s){cmd}\s+(--|\$)", code, re.M), f"{cmd} is not run from the PATH"
 
 
 @pytest.mark.parametrize("example", ["torchrun-fsdp", "ray-train"])
