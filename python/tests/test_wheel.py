@@ -32,7 +32,7 @@ def source_version():
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
-    need("go (to build the wheels' binaries)", shutil.which("go") or os.environ.get("FERRY_GO"))
+    need("go (to build the wheels' binaries)", shutil.which("go"))
     need("make", shutil.which("make"))
     out = tmp_path_factory.mktemp("dist")
     r = subprocess.run(["make", "-s", "wheel", f"WHEEL_DIR={out}", f"PYTHON={sys.executable}"], cwd=REPO,
