@@ -26,8 +26,7 @@ BINARIES := dataprep ckptmerge ferry-serve
 # the binaries print it and the commit with --version.
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/ferry/__init__.py)
 COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X github.com/ferryml/ferry/internal/version.Version=$(VERSION) -X github.com/ferryml/ferry/internal/version.Commit=$(COMMIT)
-export LDFLAGS
+GO_LDFLAGS := -X github.com/ferryml/ferry/internal/version.Version=$(VERSION) -X github.com/ferryml/ferry/internal/version.Commit=$(COMMIT)
 WHEEL_DIR ?= dist
 
 .PHONY: all build wheel test test-go test-python install-python setup-test-deps vet cross fmt-check layering lint fuzz demo bench bench-quick clean
@@ -36,12 +35,12 @@ all: build
 
 build:
 	@mkdir -p bin
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
 
 # Wheels for linux/amd64 and linux/arm64 carrying the three commands beside
 # the ferry package (pip puts them on the venv's PATH): $(WHEEL_DIR)/ferry-*.whl.
 wheel:
-	PYTHON=$(PYTHON) GO=$(GO) scripts/build-wheel "$(WHEEL_DIR)"
+	PYTHON=$(PYTHON) GO=$(GO) GO_LDFLAGS="$(GO_LDFLAGS)" scripts/build-wheel "$(WHEEL_DIR)"
 
 setup-test-deps:
 	scripts/setup-test-deps
