@@ -22,13 +22,25 @@ export PATH := $(GOBIN_DIR):$(PATH)
 
 BINARIES := dataprep ckptmerge ferry-serve
 
-.PHONY: all build test test-go test-python install-python setup-test-deps vet cross fmt-check layering lint fuzz demo bench bench-quick clean
+# The version has one source, python/ferry/__init__.py (the wheel's too);
+# the binaries print it and the commit with --version.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/ferry/__init__.py)
+COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+GO_LDFLAGS := -X github.com/ferryml/ferry/internal/version.Version=$(VERSION) -X github.com/ferryml/ferry/internal/version.Commit=$(COMMIT)
+WHEEL_DIR ?= dist
+
+.PHONY: all build wheel test test-go test-python install-python setup-test-deps vet cross fmt-check layering lint fuzz demo bench bench-quick clean
 
 all: build
 
 build:
 	@mkdir -p bin
-	$(GO) build -o bin/ $(addprefix ./cmd/,$(BINARIES))
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+# Wheels for linux/amd64 and linux/arm64 carrying the three commands beside
+# the ferry package (pip puts them on the venv's PATH): $(WHEEL_DIR)/ferry-*.whl.
+wheel:
+	PYTHON=$(PYTHON) GO=$(GO) GO_LDFLAGS="$(GO_LDFLAGS)" scripts/build-wheel "$(WHEEL_DIR)"
 
 setup-test-deps:
 	scripts/setup-test-deps
@@ -95,4 +107,4 @@ bench-quick: build setup-test-deps install-python
 	$(GO) run ./bench/cmd/bench -mode quick $(BENCH_ARGS)
 
 clean:
-	rm -rf bin out
+	rm -rf bin out dist

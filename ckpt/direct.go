@@ -37,7 +37,10 @@ const (
 	IOFallback = "direct+buffered" // direct I/O refused mid-file; the rest written buffered
 	IOKernel   = "copy_file_range" // in-kernel copies where possible, user buffers elsewhere
 	IOBuffered = "buffered"        // positioned writes from user buffers
-	IOStreamed = "streamed"        // in order, through a non-positioned sink (S3)
+	// IOSequential: a local file written front to back by one writer
+	// (WriteSequential, and WriteAuto on a FUSE mount)
+	IOSequential = "sequential"
+	IOStreamed   = "streamed" // in order, through a non-positioned sink (S3)
 )
 
 // directWriteAt writes one span through the O_DIRECT descriptor (a

@@ -27,3 +27,11 @@ func openDirect(path string) *os.File {
 }
 
 func divides(a uint32, n int) bool { return a > 0 && n%int(a) == 0 }
+
+// onFUSE reports whether path is on a FUSE mount (fuse or fuseblk: statfs
+// reports FUSE_SUPER_MAGIC for both, as /proc/self/mountinfo reports
+// fstype fuse.NAME or fuseblk).
+func onFUSE(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.FUSE_SUPER_MAGIC
+}

@@ -12,3 +12,7 @@ const kernelCopySupported = false
 // STATX_DIOALIGN to learn the alignment from): local files are written
 // buffered.
 func openDirect(path string) *os.File { return nil }
+
+// onFUSE reports false: FUSE mounts are detected on Linux only, and
+// elsewhere the user asks for WriteSequential.
+func onFUSE(path string) bool { return false }

@@ -22,7 +22,15 @@
 // MergeOptions.NoDirectIO) workers copy each tensor's contiguous pieces
 // with copy_file_range and the rest through buffers, with positioned
 // writes and a background fsync every 256 MiB; non-local sinks (S3) get
-// the same buffers in file order. Result.Files[i].IO names the path taken.
+// the same buffers in file order. On a FUSE mount (statfs reports
+// FUSE_SUPER_MAGIC: Databricks /Volumes, gcsfuse, mountpoint-s3 and other
+// object-store volumes, which refuse writes that are not at the end of the
+// file) a local output is written sequentially (IOSequential): the workers
+// still read and cast in parallel, one writer appends their buffers in
+// file order, in the same bounded memory. MergeOptions.WriteMode forces
+// either way; positioned writes forced onto a FUSE mount that refuses
+// them fail with an error saying so, and leave nothing behind.
+// Result.Files[i].IO names the path taken.
 // Direct I/O and copy_file_range are Linux's; on other systems (macOS) a
 // local output is always written buffered (IOBuffered), with the same
 // bytes.

@@ -63,9 +63,53 @@ type MergeOptions struct {
 	// chunk ranges into a local output written without direct I/O. Only
 	// Linux has the in-kernel copy; elsewhere it is always disabled.
 	NoKernelCopy bool
+	// WriteMode chooses between positioned writes from several workers
+	// and one in-order writer for local outputs (default WriteAuto:
+	// in order on FUSE mounts, positioned elsewhere).
+	WriteMode WriteMode
 	// OnProgress, when set, is called with the number of bytes just
 	// written; it must be safe for concurrent use.
 	OnProgress func(n int64)
+}
+
+// WriteMode says how a local output file is written.
+type WriteMode int
+
+const (
+	// WriteAuto writes in order (as WriteSequential) where the output
+	// directory is on a FUSE mount, and with positioned writes (as
+	// WriteParallel) elsewhere.
+	WriteAuto WriteMode = iota
+	// WriteSequential writes each file front to back through one writer:
+	// the copy workers still read and cast in parallel, and one goroutine
+	// writes their buffers in file order, so memory stays bounded as on
+	// the other paths. It is the path for volumes that refuse writes
+	// other than at the end of the file (FUSE mounts of object stores,
+	// such as Databricks /Volumes, gcsfuse, mountpoint-s3).
+	WriteSequential
+	// WriteParallel uses positioned writes from several workers (direct
+	// I/O, copy_file_range or buffered) even on a FUSE mount.
+	WriteParallel
+)
+
+var writeModeNames = [...]string{WriteAuto: "auto", WriteSequential: "sequential", WriteParallel: "parallel"}
+
+func (m WriteMode) String() string {
+	if m >= 0 && int(m) < len(writeModeNames) {
+		return writeModeNames[m]
+	}
+	return fmt.Sprintf("WriteMode(%d)", int(m))
+}
+
+// ParseWriteMode parses "auto", "sequential" or "parallel"; other strings
+// are an error wrapping ErrConfig.
+func ParseWriteMode(s string) (WriteMode, error) {
+	for m, n := range writeModeNames {
+		if s == n {
+			return WriteMode(m), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: write mode %q, want auto, sequential or parallel", ErrConfig, s)
 }
 
 // kernelCopy reports whether local outputs written without direct I/O
@@ -78,7 +122,7 @@ type FileResult struct {
 	Size    int64  `json:"size"`
 	Tensors int    `json:"tensors"`
 	// IO is the write path taken: IODirect, IOFallback, IOKernel,
-	// IOBuffered or IOStreamed.
+	// IOBuffered, IOSequential or IOStreamed.
 	IO string `json:"io"`
 }
 
@@ -671,11 +715,15 @@ func writeFile(ctx context.Context, f *OutFile, sink Sink, o *MergeOptions) (pat
 		}
 	}()
 	lo, _ := out.(*localOut)
+	sequential := lo != nil && (o.WriteMode == WriteSequential || o.WriteMode == WriteAuto && lo.fuse)
 	var dio *os.File
-	if lo != nil && !o.NoDirectIO {
+	if lo != nil && !sequential && !o.NoDirectIO {
 		dio = openDirect(lo.tmp)
 	}
 	switch {
+	case sequential:
+		// the local file seen only as an io.Writer: one writer, in order
+		path, err = IOSequential, writeFileBuffered(ctx, f, struct{ OutputFile }{out}, sink, o)
 	case dio != nil:
 		path, err = writeFileDirect(ctx, f, lo, dio, fmt.Sprintf("%s/%s", sink, f.Name), o)
 		dio.Close()
@@ -685,6 +733,9 @@ func writeFile(ctx context.Context, f *OutFile, sink Sink, o *MergeOptions) (pat
 		path, err = IOBuffered, writeFileBuffered(ctx, f, out, sink, o)
 	default:
 		path, err = IOStreamed, writeFileBuffered(ctx, f, out, sink, o)
+	}
+	if err != nil && lo != nil && lo.fuse && !sequential && ctx.Err() == nil {
+		err = fmt.Errorf("%w (%s is on a FUSE mount, where volumes backed by object stores refuse writes that are not at the end of the file, and write mode %s asked for positioned writes: use write mode sequential, or auto, which picks it there)", err, sink, o.WriteMode)
 	}
 	if err == nil {
 		err = ctx.Err()

@@ -47,7 +47,8 @@ const tmpMarker = ".ckptmerge-tmp-"
 
 // DirSink returns a Sink writing into a local directory (created if
 // missing). Files are written as hidden temporary files ("."+name+
-// ".ckptmerge-tmp-XXXX") with positioned writes from several goroutines,
+// ".ckptmerge-tmp-XXXX") with positioned writes from several goroutines
+// (or in order by one writer: MergeOptions.WriteMode, and on FUSE mounts),
 // fsynced, then renamed into place; the directory is fsynced after the
 // rename.
 func DirSink(dir string) Sink { return &dirSink{dir: dir} }
@@ -95,7 +96,7 @@ func (d *dirSink) Create(_ context.Context, name string, size int64, overwrite b
 	if err != nil {
 		return nil, err
 	}
-	return &localOut{f: f, tmp: tmp, final: final, size: size}, nil
+	return &localOut{f: f, tmp: tmp, final: final, size: size, fuse: onFUSE(d.dir)}, nil
 }
 
 type localOut struct {
@@ -104,6 +105,7 @@ type localOut struct {
 	size       int64
 	pos        int64
 	done       bool
+	fuse       bool // the directory is on a FUSE mount (WriteAuto writes in order)
 }
 
 func (o *localOut) Write(p []byte) (int, error) {
@@ -133,7 +135,7 @@ func (o *localOut) Commit() error {
 			return fail(fmt.Errorf("file is %d bytes, planned %d", st.Size(), o.size))
 		}
 	}
-	if err := o.f.Sync(); err != nil {
+	if err := storage.SyncFile(o.f); err != nil {
 		return fail(err)
 	}
 	if err := o.f.Close(); err != nil {

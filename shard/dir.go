@@ -310,7 +310,7 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 	if err := bw.flush(); err != nil {
 		return fe, fmt.Errorf("shard: %s: %w", name, err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := storage.SyncFile(f); err != nil {
 		return fe, fmt.Errorf("shard: %s: %w", name, err)
 	}
 	r, err := Open(tmp)
@@ -334,12 +334,7 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("shard: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := storage.SyncDir(dir); err != nil {
 		return fmt.Errorf("shard: sync %s: %w", dir, err)
 	}
 	return nil

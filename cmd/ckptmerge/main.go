@@ -4,6 +4,7 @@
 //
 //	ckptmerge [flags] CKPT OUT
 //	ckptmerge inspect [--json] CKPT
+//	ckptmerge --version
 //
 // Exit status: 0 success, 1 error, 2 bad usage, 130 interrupted.
 package main
@@ -16,6 +17,7 @@ import (
 	"os"
 
 	"github.com/ferryml/ferry/internal/storage"
+	"github.com/ferryml/ferry/internal/version"
 )
 
 func main() {
@@ -32,6 +34,10 @@ func main() {
 var errUsage = errors.New("usage")
 
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if version.Requested(args) {
+		fmt.Fprintln(stdout, version.String("ckptmerge"))
+		return 0
+	}
 	var err error
 	if len(args) > 0 && args[0] == "inspect" {
 		err = inspectMain(ctx, args[1:], stdout, stderr)

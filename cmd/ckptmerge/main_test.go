@@ -55,6 +55,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"--dtype", "int8", src, out}, 2, "--dtype"},
 		{[]string{"--max-shard-size", "lots", src, out}, 2, "--max-shard-size"},
 		{[]string{"--rename", "(=x", src, out}, 2, "--rename"},
+		{[]string{"--write-mode", "random", src, out}, 2, "--write-mode"},
 		{[]string{"inspect"}, 2, "one CKPT"},
 		{[]string{filepath.Join(t.TempDir(), "missing"), out}, 1, "does not exist"},
 		{[]string{"--help"}, 0, "Usage: ckptmerge"},
@@ -69,6 +70,14 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	sameFile(t, filepath.Join(out, "model.safetensors"), filepath.Join(src, "expected.safetensors"))
+	seq := t.TempDir()
+	if code, _, stderr := run(t, "--write-mode", "sequential", "--verify", src, seq); code != 0 || !strings.Contains(stderr, "sequential") {
+		t.Fatalf("--write-mode sequential: exit %d:\n%s", code, stderr)
+	}
+	sameFile(t, filepath.Join(seq, "model.safetensors"), filepath.Join(src, "expected.safetensors"))
+	if code, stdout, _ := run(t, "--version"); code != 0 || !strings.HasPrefix(stdout, "ckptmerge dev (commit ") {
+		t.Fatalf("--version: exit %d, %q", code, stdout)
+	}
 }
 
 func TestJSONAndInspect(t *testing.T) {

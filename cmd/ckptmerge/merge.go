@@ -51,6 +51,7 @@ Examples:
   ckptmerge ckpt/step-1000 hf/                        # one model.safetensors (or shards)
   ckptmerge --dtype bf16 --config-from base/ out/pytorch_model_fsdp_0 hf/
   ckptmerge --max-shard-size 2GB s3://runs/job7/ckpt s3://models/job7
+  ckptmerge CKPT /Volumes/main/ml/models/job7         # FUSE volume: written front to back (--write-mode auto)
   ckptmerge --strip-prefix base_model. --rename 'layers\.(\d+)\.attn=layers.$1.self_attn' CKPT OUT
   ckptmerge inspect ckpt/step-1000
 
@@ -78,6 +79,7 @@ type mergeConfig struct {
 	bufferSize       int
 	noKernelCopy     bool
 	noDirectIO       bool
+	writeMode        string
 	progress         bool // set from the terminal check
 }
 
@@ -103,6 +105,7 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&c.parallelism, "parallelism", 0, "copy workers (default: number of CPUs, at least 4, at most 8)")
 	fs.BoolVar(&c.noDirectIO, "no-direct-io", false, "write local outputs through the page cache even where the file system supports direct I/O (O_DIRECT)")
 	fs.BoolVar(&c.noKernelCopy, "no-kernel-copy", false, "without direct I/O, copy through user-space buffers even where an in-kernel copy (copy_file_range) is possible")
+	fs.StringVar(&c.writeMode, "write-mode", "auto", "how local output files are written: sequential (front to back by one writer, for volumes that refuse other writes), parallel (positioned writes from every worker) or auto (sequential on FUSE mounts such as /Volumes, parallel elsewhere)")
 	fs.IntVar(&c.bufferSize, "buffer-size", 0, "bytes per copy buffer (default 4 MiB; direct I/O writes spans of this size); memory is at most about 3 x parallelism x buffer")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -112,6 +115,9 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%w: want CKPT and OUT, got %d arguments", errUsage, len(pos))
 	}
 	c.ckpt, c.out = pos[0], pos[1]
+	if _, err := ckpt.ParseWriteMode(c.writeMode); err != nil {
+		return fmt.Errorf("%w: --write-mode: %v", errUsage, err)
+	}
 	if f, ok := stderr.(*os.File); ok && !c.quiet && !c.jsonOut {
 		c.progress = term.IsTerminal(int(f.Fd()))
 	}
@@ -190,6 +196,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 		return err
 	}
 	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify, NoKernelCopy: c.noKernelCopy, NoDirectIO: c.noDirectIO}
+	mo.WriteMode, _ = ckpt.ParseWriteMode(c.writeMode) // checked with the flags
 	if c.configFrom != "" {
 		mo.ConfigFrom = sourceFor(c.configFrom)
 	}

@@ -5,6 +5,7 @@
 //	dataprep --input alpaca.json --tokenizer DIR --seq-len 1024 --ranks 16 --out DIR_OR_S3_URL
 //	dataprep inspect DIR [--rank R --row N]
 //	dataprep tokenize --tokenizer PATH [IN.jsonl]
+//	dataprep --version
 //
 // Exit status: 0 ok, 1 error, 2 bad usage, 130 interrupted.
 package main
@@ -19,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/ferryml/ferry/internal/storage"
+	"github.com/ferryml/ferry/internal/version"
 )
 
 // errUsage marks a command-line error (exit status 2).
@@ -52,6 +54,10 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 }
 
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if version.Requested(args) {
+		_, err := fmt.Fprintln(stdout, version.String("dataprep"))
+		return err
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "inspect":

@@ -17,10 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferryml/ferry/internal/version"
 	"github.com/ferryml/ferry/serve"
 )
 
 const usage = `usage: ferry-serve --data DIR|s3://BUCKET/PREFIX [flags]
+       ferry-serve --version
 
 Serves the shards of a dataprep output to the training processes of this node
 over a Unix socket; each client (python: ferry.serve_client.ServeLoader, the
@@ -44,6 +46,10 @@ type config struct {
 }
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("ferry-serve"))
+		return
+	}
 	os.Exit(mainErr(os.Args[1:], os.Stderr))
 }
 

@@ -23,6 +23,10 @@
 // Parts carry a CRC-32C (x-amz-checksum-crc32c) that the server checks,
 // instead of a SHA-256 of the payload, which costs far more CPU.
 //
+// A local Writer's fsyncs (SyncFile, SyncDir, also used by the shard and
+// checkpoint writers) treat a file system without fsync (EINVAL, ENOTSUP,
+// ENOSYS: some FUSE and network mounts) as success.
+//
 // Until Commit returns nil nothing is visible at the location, and an
 // existing object there is untouched. A failed Write aborts the writer at
 // once; after the context is cancelled, uploads in flight stop and the

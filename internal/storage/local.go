@@ -316,7 +316,7 @@ func (w *localWriter) commitLocked() error {
 	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("storage: write %s (%d bytes written): %w", w.path, w.n, unwrapPathErr(err))
 	}
-	if err := w.f.Sync(); err != nil && !ignorableSyncErr(err) {
+	if err := SyncFile(w.f); err != nil {
 		return fmt.Errorf("storage: fsync %s: %w", w.path, unwrapPathErr(err))
 	}
 	if err := w.ctx.Err(); err != nil {
@@ -345,7 +345,7 @@ func (w *localWriter) commitLocked() error {
 		return fmt.Errorf("storage: commit %s: %w", w.path, unwrapPathErr(err))
 	}
 	w.done, w.commit = true, true
-	if err := syncDir(filepath.Dir(w.path)); err != nil {
+	if err := SyncDir(filepath.Dir(w.path)); err != nil {
 		return fmt.Errorf("storage: commit %s: fsync directory: %w", w.path, err)
 	}
 	return nil
@@ -362,7 +362,19 @@ func ignorableSyncErr(err error) bool {
 	return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.ENOSYS)
 }
 
-func syncDir(dir string) error {
+// SyncFile fsyncs f. A file system that does not implement fsync (some
+// FUSE and network file systems answer EINVAL, ENOTSUP or ENOSYS) is not
+// an error: there is nothing more to do for durability there.
+func SyncFile(f *os.File) error {
+	if err := f.Sync(); err != nil && !ignorableSyncErr(err) {
+		return err
+	}
+	return nil
+}
+
+// SyncDir fsyncs the directory dir, after a rename into it, with the
+// tolerance of SyncFile (FUSE mounts often refuse fsync of a directory).
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -167,6 +167,24 @@ def yaml_command(example):
 
 
 @pytest.mark.parametrize("example", ["torchrun-fsdp", "ray-train"])
+def test_yaml_installs_ferry_from_the_wheel(example):
+    """ferry and its commands come from the one wheel in dependencies (issue
+    17), of the version in python/ferry/__init__.py, and the commands run
+    from the PATH it installs them on, not from a bundled bin/."""
+    import re
+
+    with open(os.path.join(REPO, "python", "ferry", "__init__.py")) as f:
+        version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+    y = yaml_command(example)
+    wheels = [d for d in y["environment"]["dependencies"] if "ferry" in d]
+    assert wheels == [f"./ferry-{version}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], wheels
+    assert "bin/" not in y["command"] and "bundle.sh" not in y["command"]
+    code = "\n".join(line for line in y["command"].splitlines() if not line.lstrip().startswith("#"))
+    for cmd in ("dataprep", "ckptmerge"):
+        assert re.search(rf"(^|\s){cmd}\s+(--|\$)", code, re.M), f"{cmd} is not run from the PATH"
+
+
+@pytest.mark.parametrize("example", ["torchrun-fsdp", "ray-train"])
 def test_yaml_downloads_without_huggingface_cli(example):
     cmd = yaml_command(example)["command"]
     code = "\n".join(line for line in cmd.splitlines() if not line.lstrip().startswith("#"))
