@@ -20,6 +20,11 @@ var fixtures = filepath.Join("..", "testdata", "tokenizers")
 
 var models = []string{"qwen2.5", "llama3.1"}
 
+// families are all the tokenizer fixtures with corpus-dev goldens: models,
+// the SentencePiece-style ones and the byte-level ones with other patterns.
+var families = append(append([]string{}, models...),
+	"tinyllama", "llama2", "mistral-v0.3", "phi3")
+
 var loaded sync.Map // model -> *Tokenizer
 
 func loadModel(t testing.TB, model string) *Tokenizer {

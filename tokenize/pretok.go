@@ -271,8 +271,9 @@ type span struct{ start, end int }
 // classes of HF tokenizers, and whose (?i:...) groups of ASCII literals are
 // rewritten to the case folds of Oniguruma.
 type regexSplitter struct {
-	re       *regexp2.Regexp
-	isolated bool // Isolated, else Removed
+	re          *regexp2.Regexp
+	isolated    bool // Isolated, else Removed
+	keepMatches bool // Removed with invert: only the matches are pieces
 }
 
 func newRegexSplitter(pattern string, literal, isolated bool) (*regexSplitter, error) {
@@ -315,6 +316,14 @@ func (r *regexSplitter) appendSpans(dst []span, s string) []span {
 	}
 	// Isolated: matches and the text between them are pieces. Removed: only
 	// the text between matches.
+	if r.keepMatches {
+		for _, m := range matches {
+			if m.end > m.start {
+				dst = append(dst, m)
+			}
+		}
+		return dst
+	}
 	prev := 0
 	for _, m := range matches {
 		if m.start > prev {
@@ -471,4 +480,26 @@ func rewritePattern(p string) (string, error) {
 		}
 	}
 	return out.String(), nil
+}
+
+// appendDigitPieces is HF's Digits pre-tokenizer: runs of numeric
+// characters (Rust's char::is_numeric) are pieces apart from the rest, each
+// numeric character alone with individual.
+func appendDigitPieces(dst []string, s string, individual bool) []string {
+	start := 0
+	prevNum := false
+	for i := 0; i < len(s); {
+		c, n := classAt(s, i)
+		num := c == uclass.Number
+		if i > start && (num != prevNum || num && individual) {
+			dst = append(dst, s[start:i])
+			start = i
+		}
+		prevNum = num
+		i += n
+	}
+	if start < len(s) {
+		dst = append(dst, s[start:])
+	}
+	return dst
 }
