@@ -379,6 +379,9 @@ func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
 		keepMatches := v.Invert && !isolated
 		removed := !isolated && !v.Invert
 		st := preStage{}
+		if !literal && isolated && !v.Invert {
+			st.pattern = pat // for finish to recognize DeepSeek's three Splits
+		}
 		if !literal && !removed {
 			// The scanners' regexes match at every position: the matches tile
 			// the text, so keeping only the matches is Isolated.

@@ -65,12 +65,25 @@ type Tokenizer struct {
 type preStage struct {
 	scan        scanKind       // a hand-written Split scanner, or
 	re          *regexSplitter // a regex Split, or
+	pattern     string         // the regex of an Isolated Split
 	prefixSpace bool           // ByteLevel's add_prefix_space, or
 	digits      bool           // Digits: numeric characters split from the rest,
 	individual  bool           // each one a piece of its own (individual_digits)
 }
 
 func (t *Tokenizer) finish() {
+	// DeepSeek's three Splits have one scanner for all three.
+	for i := 0; i+3 <= len(t.stages); i++ {
+		if t.stages[i].pattern == PatternDeepSeekDigits && t.stages[i+1].pattern == PatternDeepSeekCJK && t.stages[i+2].pattern == PatternDeepSeek {
+			t.stages = append(append(t.stages[:i:i], preStage{scan: scanDeepSeek}), t.stages[i+3:]...)
+		}
+	}
+	// So have SmolLM2's Digits(individual_digits) and ByteLevel regex.
+	for i := 0; i+2 <= len(t.stages); i++ {
+		if t.stages[i].digits && t.stages[i].individual && t.stages[i+1].scan == scanGPT2 {
+			t.stages = append(append(t.stages[:i:i], preStage{scan: scanDigitsGPT2}), t.stages[i+2:]...)
+		}
+	}
 	if len(t.stages) == 1 && t.stages[0].scan != scanNone {
 		t.fastScan = t.stages[0].scan
 	}
@@ -244,6 +257,29 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 		return t.appendSP(dst, seg, first, sc)
 	}
 	if k := t.fastScan; k != scanNone {
+		in := innerScan(k)
+		if in == scanNone {
+			return t.appendScanned(dst, seg, k, sc)
+		}
+		for len(seg) > 0 {
+			n := scan(k, seg)
+			dst = t.appendScanned(dst, seg[:n], in, sc)
+			seg = seg[n:]
+		}
+		return dst
+	}
+	if len(t.stages) == 0 {
+		if seg == "" {
+			return dst
+		}
+		return t.appendPiece(dst, seg, sc)
+	}
+	return t.appendStaged(dst, seg, sc)
+}
+
+// appendScanned appends the ids of seg split by the scanner k.
+func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
+	{
 		byteID := &t.model.byteID
 		cache := sc.cache
 		for len(seg) > 0 {
@@ -271,12 +307,11 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 		}
 		return dst
 	}
-	if len(t.stages) == 0 {
-		if seg == "" {
-			return dst
-		}
-		return t.appendPiece(dst, seg, sc)
-	}
+}
+
+// appendStaged runs the pre-tokenizer stages one after the other over all
+// pieces, then the model over each.
+func (t *Tokenizer) appendStaged(dst []int32, seg string, sc *state) []int32 {
 	pieces := []string{seg}
 	var next []string
 	var spans []span
@@ -297,11 +332,7 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 					next = append(next, p[s.start:s.end])
 				}
 			default:
-				for len(p) > 0 {
-					n := scan(st.scan, p)
-					next = append(next, p[:n])
-					p = p[n:]
-				}
+				next = appendScanPieces(next, st.scan, p)
 			}
 		}
 		pieces, next = next, pieces
