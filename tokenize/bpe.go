@@ -252,8 +252,9 @@ func growInt32(s []int32, n int) []int32 {
 type state struct {
 	scratch
 	cache  *ptCache
-	pcache *ptCache // spView: words with the "▁" put in front, made on first use
-	home   uint32   // its shard in the statePool
+	pcache *ptCache  // spView: words with the "▁" put in front, made on first use
+	nbuf   [2][]byte // normalizeState's buffers
+	home   uint32    // its shard in the statePool
 }
 
 func newState() *state {

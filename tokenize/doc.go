@@ -104,8 +104,9 @@
 // except to normalize text that is not already normalized, to replace invalid
 // UTF-8, when the pre-tokenizer has no hand-written scanner (a regexp2
 // Split, several Splits, or add_prefix_space), or when a SentencePiece-style
-// file has normalized added tokens (Llama-2: the normalized text is written
-// out to match them) or a Metaspace with split. Slices returned by Encode
+// file has a Metaspace with split. The normalized text of Prepend and
+// Replace (Llama-2, whose normalized added tokens are matched in it) is
+// written into per-goroutine buffers (internal/bytestr). Slices returned by Encode
 // and EncodeBatch belong to the caller. A loaded Qwen2.5 or Llama-3.1
 // tokenizer holds about 25 MB of heap.
 //

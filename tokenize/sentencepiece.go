@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/ferryml/ferry/tokenize/internal/bytestr"
 )
 
 // This file holds what SentencePiece-style BPE tokenizers (Llama-2,
@@ -64,6 +66,44 @@ func (t *Tokenizer) normalizeASCII(s string, ascii bool) string {
 		case s != "":
 			s = n.prepend + s
 		}
+	}
+	return s
+}
+
+// normalizeState is normalizeASCII with Prepend and Replace written into the
+// state's two scratch buffers (in turn: a step reads the other's output), so
+// that a warm call does not allocate. The result aliases a buffer: it is
+// valid until the next call with sc, and must not be kept.
+func (t *Tokenizer) normalizeState(s string, ascii bool, sc *state) string {
+	k := 0
+	for _, n := range t.norms {
+		switch {
+		case n.isForm:
+			if !ascii {
+				s = normalizeLikeHF(n.form, s)
+			}
+			continue
+		case n.replace:
+			if !strings.Contains(s, n.from) {
+				continue
+			}
+			b := sc.nbuf[k][:0]
+			for {
+				i := strings.Index(s, n.from)
+				if i < 0 {
+					break
+				}
+				b = append(append(b, s[:i]...), n.to...)
+				s = s[i+len(n.from):]
+			}
+			sc.nbuf[k] = append(b, s...)
+		case s != "":
+			sc.nbuf[k] = append(append(sc.nbuf[k][:0], n.prepend...), s...)
+		default:
+			continue
+		}
+		s = bytestr.String(sc.nbuf[k])
+		k ^= 1
 	}
 	return s
 }

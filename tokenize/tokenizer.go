@@ -229,7 +229,7 @@ func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii, first bool,
 		return t.appendSPView(dst, seg, first, sc)
 	}
 	if !ascii || !t.asciiStable {
-		seg = t.normalizeASCII(seg, ascii)
+		seg = t.normalizeState(seg, ascii, sc)
 	}
 	if t.normTrie.empty() {
 		return t.appendPreTokenized(dst, seg, first, sc)
