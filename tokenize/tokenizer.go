@@ -94,13 +94,20 @@ func (t *Tokenizer) finish() {
 	t.initSPView()
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
+	// An added token by its content (t.tokens has Llama-2's "▁<s>").
+	name := func(id int32) string {
+		if a := t.addedByID[id]; a != nil {
+			return a.Content
+		}
+		return t.tokens[id]
+	}
 	if len(t.prefix) == 1 {
 		t.special.BOSID = t.prefix[0]
-		t.special.BOS = t.tokens[t.prefix[0]]
+		t.special.BOS = name(t.prefix[0])
 	}
 	if len(t.suffix) == 1 {
 		t.special.EOSID = t.suffix[0]
-		t.special.EOS = t.tokens[t.suffix[0]]
+		t.special.EOS = name(t.suffix[0])
 	}
 	t.states.init()
 }

@@ -192,3 +192,18 @@ func TestSPView(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecialFamilies checks the BOS the post-processor adds and its name:
+// Llama-2's <s> is normalized (HF gives id 1 back as "▁<s>"), yet Special
+// names it by its content.
+func TestSpecialFamilies(t *testing.T) {
+	for m, want := range map[string]string{"llama2": "<s>", "tinyllama": "<s>", "mistral-v0.3": "<s>", "mistral-nemo": "<s>", "phi3": ""} {
+		sp := loadModel(t, m).Special()
+		if sp.BOS != want || sp.AddBOS != (want != "") || want != "" && sp.BOSID != 1 {
+			t.Errorf("%s: Special = %+v, want BOS %q (id 1)", m, sp, want)
+		}
+	}
+	if tok, _ := loadModel(t, "llama2").Token(1); tok != "▁<s>" {
+		t.Errorf("llama2: Token(1) = %q, want HF's \"▁<s>\"", tok)
+	}
+}
