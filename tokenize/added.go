@@ -25,7 +25,14 @@ type trie struct {
 	term  []int32          // node -> index into toks, -1 when no token ends here
 	toks  []*addedToken    // the tokens
 	only  int              // the only first byte when all tokens share one, else -1
+	// With a few tokens, their contents (in toks order), compared directly:
+	// faster than walking the map when candidates are frequent (Llama-2's
+	// "▁<s>" starts where every word does).
+	few []string
 }
+
+// fewTokens is the most tokens compared one by one instead of through the trie.
+const fewTokens = 4
 
 func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 	t := &trie{next: map[uint64]int32{}, term: []int32{-1}, only: -1}
@@ -54,10 +61,14 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 		if t.term[node] < 0 { // the first of equal contents wins
 			t.term[node] = int32(len(t.toks))
 			t.toks = append(t.toks, tok)
+			t.few = append(t.few, s)
 		}
 	}
 	if firsts != 1 {
 		t.only = -1
+	}
+	if len(t.few) > fewTokens {
+		t.few = nil
 	}
 	return t
 }
@@ -66,6 +77,16 @@ func (t *trie) empty() bool { return len(t.toks) == 0 }
 
 // longest returns the longest token that starts s, or nil.
 func (t *trie) longest(s string) (*addedToken, int) {
+	if t.few != nil {
+		var best *addedToken
+		bestLen := 0
+		for k, c := range t.few {
+			if len(c) > bestLen && strings.HasPrefix(s, c) {
+				best, bestLen = t.toks[k], len(c)
+			}
+		}
+		return best, bestLen
+	}
 	node := int32(0)
 	var best *addedToken
 	bestLen := 0

@@ -59,8 +59,11 @@ func cpuSeconds() float64 {
 }
 
 func BenchmarkEncode(b *testing.B) {
-	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>"}
-	for _, m := range models {
+	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>",
+		"tinyllama": "</s>", "llama2": "</s>", "mistral-v0.3": "</s>", "phi3": "<|endoftext|>",
+		"deepseek-r1": "<｜end▁of▁sentence｜>", "phi4": "<|im_end|>", "olmo2": "<|endoftext|>",
+		"smollm2": "<|endoftext|>", "mistral-nemo": "</s>", "gpt-oss": "<|return|>"}
+	for _, m := range families {
 		tok := loadModel(b, m)
 		b.Run("alpaca/"+m, func(b *testing.B) { benchTexts(b, tok, alpacaPrompts(b, eos[m])) })
 		b.Run("corpus/"+m, func(b *testing.B) { benchTexts(b, tok, corpusTexts(b)) })

@@ -17,6 +17,15 @@ type bpeModel struct {
 	ignoreMerges bool
 	unkID        int32 // -1 when there is no unk_token
 	fuseUnk      bool
+
+	// A character-level vocabulary (SentencePiece-style, no ByteLevel
+	// pre-tokenizer): vocab is keyed by the tokens themselves and byteID
+	// holds the single ASCII characters only.
+	charLevel    bool
+	byteFallback bool
+	fallbackID   [256]int32 // id of <0xNN>, -1 when absent
+	symCut       bool       // words may be cut before "▁" runs (see appendWords)
+	symID        int32      // id of "▁" (spView)
 }
 
 const noRank = math.MaxUint32
@@ -45,6 +54,9 @@ type scratch struct {
 // does with the byte-level characters: a byte without an id becomes unk (fused
 // with a preceding unk when fuse_unk) or is dropped when there is no unk.
 func (m *bpeModel) initial(sc *scratch, word string) []int32 {
+	if m.charLevel {
+		return m.initialChars(sc, word)
+	}
 	ids := sc.ids[:0]
 	prevUnk := false
 	for i := 0; i < len(word); i++ {
@@ -239,8 +251,10 @@ func growInt32(s []int32, n int) []int32 {
 // running goroutine has its own, without locks.
 type state struct {
 	scratch
-	cache *ptCache
-	home  uint32 // its shard in the statePool
+	cache  *ptCache
+	pcache *ptCache  // spView: words with the "▁" put in front, made on first use
+	nbuf   [2][]byte // normalizeState's buffers
+	home   uint32    // its shard in the statePool
 }
 
 func newState() *state {

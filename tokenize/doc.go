@@ -1,34 +1,59 @@
 // Package tokenize encodes text to token ids with a Hugging Face
-// tokenizer.json, giving the ids HF tokenizers 0.23.2 gives (the Rust library
+// tokenizer.json, giving the ids HF tokenizers 0.23 gives (the Rust library
 // behind transformers' AutoTokenizer), many times faster.
 //
-// It implements what the byte-level BPE tokenizers of the Qwen2/Qwen2.5/Qwen3,
-// Llama-3/3.1/3.2 and GPT-2 families use: added tokens (special or not, with
-// their lstrip, rstrip, single_word and normalized flags), NFC/NFD/NFKC/NFKD
-// normalizers, Split (Isolated or Removed) and ByteLevel pre-tokenizers, BPE
-// with merges in either format and ignore_merges, TemplateProcessing and
-// ByteLevel post-processors, and the ByteLevel decoder. Anything else in a
+// It implements what these tokenizer families use:
+//
+//   - byte-level BPE: Qwen2/2.5/3, Llama-3.x, GPT-2, DeepSeek-V3/R1, Phi-4,
+//     OLMo-2, SmolLM2, Mistral-NeMo (Tekken) and gpt-oss (o200k): Split
+//     (Isolated, or Removed with or without invert), Digits and ByteLevel
+//     pre-tokenizers, the ByteLevel decoder;
+//   - SentencePiece-style BPE: Llama-2, TinyLlama, Mistral v0.3, Phi-3: the
+//     Prepend and Replace normalizers or the Metaspace pre-tokenizer
+//     (prepend_scheme always/first/never, or the older add_prefix_space;
+//     split), a vocabulary of characters with byte_fallback (<0xNN>
+//     tokens), unk_token and fuse_unk, and the Replace, ByteFallback, Fuse
+//     and Strip decoders. The "legacy" setting of transformers is not in
+//     tokenizer.json: it shows there as prepend_scheme "first" (legacy=false)
+//     or a Prepend normalizer (legacy=true), both implemented;
+//
+// and for all: added tokens (special or not, with their lstrip, rstrip,
+// single_word and normalized flags), NFC/NFD/NFKC/NFKD normalizers, BPE with
+// merges in either format and ignore_merges, TemplateProcessing (the BOS of
+// Llama and Mistral) and ByteLevel post-processors. Anything else in a
 // tokenizer.json makes Load fail with ErrUnsupported and the JSON path of the
-// component ("$.pre_tokenizer.pretokenizers[0]: pre-tokenizer \"Digits\"");
+// component ("$.pre_tokenizer.pretokenizers[0]: pre-tokenizer \"Punctuation\"");
 // a malformed file fails with ErrCorrupt. Load never panics on bad input.
 //
 // # Exactness
 //
 // The ids are checked against HF tokenizers on every line of a hard 7,439-line
-// corpus (testdata/tokenizers/corpus-dev.jsonl.zst) and on 9,000 random probe
-// strings for Qwen2.5 and Llama-3.1, with and without special tokens, and on
-// synthetic tokenizers for the other features. The traps this needs to get right:
+// corpus (testdata/tokenizers/corpus-dev.jsonl.zst) for the twelve real
+// tokenizers in testdata/tokenizers, with and without special tokens, and so
+// is Decode against HF's decode; on 9,000 random probe strings for Qwen2.5
+// and Llama-3.1; and on synthetic tokenizers for the other features. The
+// traps this needs to get right:
 //
 //   - The Split regexes use a look-ahead, \s+(?!\S), which Go's regexp cannot
-//     express. The regexes of Llama-3, Qwen2 and GPT-2 (PatternLlama3,
-//     PatternQwen2, PatternGPT2) have hand-written scanners; any other regex
-//     runs on github.com/dlclark/regexp2 (backtracking, slower) after its
-//     \p{L}, \p{N}, \s and (?i:...) are rewritten to Oniguruma's meaning. A
-//     differential fuzz test holds the scanners to the regexp2 fallback.
-//   - HF's regex engine (Oniguruma) uses Unicode 16.0 letter and number
-//     classes; Go's unicode package is Unicode 15.0 and misses 4,924 letters
-//     and 80 numbers. internal/uclass holds tables generated (go generate)
-//     from the classes probed out of HF tokenizers itself.
+//     express. The regexes of Llama-3 (also Phi-4's and OLMo-2's), Qwen2,
+//     GPT-2, o200k, Tekken and DeepSeek's three Splits (PatternLlama3,
+//     PatternQwen2, PatternGPT2, PatternO200k, PatternTekken,
+//     PatternDeepSeek...) and SmolLM2's Digits + ByteLevel have hand-written
+//     scanners; any other regex runs on github.com/dlclark/regexp2
+//     (backtracking, slower) after its \p{..}, \s and (?i:...) are rewritten
+//     to Oniguruma's meaning. A differential fuzz test holds the scanners to
+//     the regexp2 fallback. The o200k letter alternatives ([..]*[..]+ over
+//     overlapping classes) are matched with the engine's backtracking order.
+//   - HF's regex engine (Oniguruma) uses Unicode 16.0 classes; Go's unicode
+//     package is Unicode 15.0 and misses 4,924 letters and 80 numbers.
+//     internal/uclass holds tables generated (go generate) from the classes
+//     probed out of HF tokenizers itself: \p{L}, \p{N}, \s, the general
+//     categories \p{Lu} ... \p{S}, and Rust's char::is_numeric for Digits.
+//   - SentencePiece-style: Metaspace's "first" prepends ▁ only to the text
+//     before the first added token; Prepend prepends to every piece between
+//     added tokens; a pending unk comes after the byte_fallback tokens of the
+//     next character; a normalized added token (Llama-2's <s>) is matched in
+//     the normalized text ("▁<s>") and HF decodes it as that, not special.
 //   - (?i:'s) also matches 's with U+017F LATIN SMALL LETTER LONG S.
 //   - NFC: golang.org/x/text agrees with HF except around U+11938 (Unicode
 //     13), which HF's older tables do not know: HF neither composes U+11935
@@ -57,11 +82,17 @@
 // Encoding is: find added tokens (a byte trie, skipped to candidate bytes
 // with IndexByte), normalize (a quick check first), split into pre-tokens
 // with the hand-written scanner (an ASCII fast path over bytes), then look
-// each pre-token up in a cache of pre-token -> ids; only a miss runs BPE,
-// over raw bytes (the vocabulary is re-keyed from byte-level characters to
-// bytes at load) with merge ranks keyed by a pair of ids. Each goroutine has
-// its own cache (an open-addressing table for short keys, cleared when it
-// reaches 65,536 entries), so there are no locks on the hot path.
+// each pre-token up in a cache of pre-token -> ids (a 4,096-entry
+// direct-mapped front table that stays in L2, then an open-addressing table
+// cleared when it reaches 65,536 entries); only a miss runs BPE, over raw
+// bytes (the vocabulary is re-keyed from byte-level characters to bytes at
+// load) with merge ranks keyed by a pair of ids. Each goroutine has its own
+// cache, so there are no locks on the hot path. SentencePiece-style files
+// have no pre-tokenizer (BPE runs over the whole text between added tokens);
+// where no token has "▁" after another character (all four real ones) the
+// text is cut before each run of "▁", which gives the same ids, so words hit
+// the cache too; spaces are read as "▁" without writing the normalized text
+// out.
 //
 // # Concurrency and memory
 //
@@ -71,9 +102,13 @@
 // from a pool that keeps as many states as were ever in use at once.
 // AppendEncode does not allocate once its cache is warm (beyond growing dst),
 // except to normalize text that is not already normalized, to replace invalid
-// UTF-8, or when the pre-tokenizer has no hand-written scanner (a regexp2
-// Split, several Splits, or add_prefix_space). Slices returned by Encode and EncodeBatch belong to the
-// caller. A loaded Qwen2.5 or Llama-3.1 tokenizer holds about 25 MB of heap.
+// UTF-8, when the pre-tokenizer has no hand-written scanner (a regexp2
+// Split, several Splits, or add_prefix_space), or when a SentencePiece-style
+// file has a Metaspace with split. The normalized text of Prepend and
+// Replace (Llama-2, whose normalized added tokens are matched in it) is
+// written into per-goroutine buffers (internal/bytestr). Slices returned by Encode
+// and EncodeBatch belong to the caller. A loaded Qwen2.5 or Llama-3.1
+// tokenizer holds about 25 MB of heap.
 //
 // # Formats
 //
@@ -82,17 +117,21 @@
 //
 //	tokenizer.json
 //	{ "added_tokens":   [ {id, content, single_word, lstrip, rstrip, normalized, special} ... ],
-//	  "normalizer":     null | {type: NFC|NFD|NFKC|NFKD|Sequence, normalizers: [...]},
+//	  "normalizer":     null | {type: NFC|NFD|NFKC|NFKD|Sequence, normalizers: [...]}
+//	                    | {type: Prepend, prepend} | {type: Replace, pattern: {String}, content},
 //	  "pre_tokenizer":  null | {type: Sequence, pretokenizers: [...]}
-//	                    | {type: Split, pattern: {Regex|String}, behavior: Isolated|Removed, invert: false}
-//	                    | {type: ByteLevel, add_prefix_space, use_regex},   (required, last)
+//	                    | {type: Split, pattern: {Regex|String}, behavior: Isolated|Removed, invert}
+//	                    | {type: Digits, individual_digits}
+//	                    | {type: ByteLevel, add_prefix_space, use_regex},   (last)
+//	                    | {type: Metaspace, replacement, prepend_scheme | add_prefix_space, split},  (alone)
 //	  "model":          {type: BPE, vocab: {token: id}, merges: ["a b" | ["a","b"]],
-//	                     ignore_merges, unk_token, fuse_unk, byte_fallback: false, dropout: null},
+//	                     ignore_merges, unk_token, fuse_unk, byte_fallback, dropout: null},
 //	  "post_processor": null | ByteLevel | TemplateProcessing{single, special_tokens} | Sequence,
-//	  "decoder":        null | ByteLevel | Sequence[ByteLevel],
+//	  "decoder":        null | ByteLevel | Replace | ByteFallback | Fuse | Strip | Sequence[...],
 //	  "truncation": null, "padding": null }
 //
-// Byte-level tokens spell each byte with one character: the printable bytes
+// Without a ByteLevel pre-tokenizer the vocabulary's tokens are text
+// (SentencePiece-style: "▁the", "<0x0A>"). Byte-level tokens spell each byte with one character: the printable bytes
 // ! to ~, ¡ to ¬ and ® to ÿ as themselves, the 68 others as U+0100 onwards
 // (space is "Ġ", newline "Ċ").
 package tokenize

@@ -20,6 +20,12 @@ var fixtures = filepath.Join("..", "testdata", "tokenizers")
 
 var models = []string{"qwen2.5", "llama3.1"}
 
+// families are all the tokenizer fixtures with corpus-dev goldens: models,
+// the SentencePiece-style ones and the byte-level ones with other patterns.
+var families = append(append([]string{}, models...),
+	"tinyllama", "llama2", "mistral-v0.3", "phi3",
+	"deepseek-r1", "phi4", "olmo2", "smollm2", "mistral-nemo", "gpt-oss")
+
 var loaded sync.Map // model -> *Tokenizer
 
 func loadModel(t testing.TB, model string) *Tokenizer {

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/text/unicode/norm"
@@ -232,9 +233,6 @@ func parse(data []byte) (*Tokenizer, error) {
 	if err := t.parsePreTokenizer(f.PreTokenizer, "$.pre_tokenizer"); err != nil {
 		return nil, err
 	}
-	if !t.byteLevel {
-		return nil, unsupported("$.pre_tokenizer", "no ByteLevel pre-tokenizer: only byte-level BPE tokenizers are supported")
-	}
 	if err := t.parseModel(f.Model, "$.model"); err != nil {
 		return nil, err
 	}
@@ -257,6 +255,12 @@ func (t *Tokenizer) parseNormalizer(m json.RawMessage, path string) error {
 	}
 	var v struct {
 		Normalizers []json.RawMessage `json:"normalizers"`
+		Prepend     *string           `json:"prepend"`
+		Pattern     struct {
+			String *string `json:"String"`
+			Regex  *string `json:"Regex"`
+		} `json:"pattern"`
+		Content *string `json:"content"`
 	}
 	typ, err := component(m, path, &v)
 	if err != nil {
@@ -264,13 +268,27 @@ func (t *Tokenizer) parseNormalizer(m json.RawMessage, path string) error {
 	}
 	switch typ {
 	case "NFC":
-		t.norms = append(t.norms, norm.NFC)
+		t.norms = append(t.norms, normStep{form: norm.NFC, isForm: true})
 	case "NFD":
-		t.norms = append(t.norms, norm.NFD)
+		t.norms = append(t.norms, normStep{form: norm.NFD, isForm: true})
 	case "NFKC":
-		t.norms = append(t.norms, norm.NFKC)
+		t.norms = append(t.norms, normStep{form: norm.NFKC, isForm: true})
 	case "NFKD":
-		t.norms = append(t.norms, norm.NFKD)
+		t.norms = append(t.norms, normStep{form: norm.NFKD, isForm: true})
+	case "Prepend":
+		if v.Prepend == nil {
+			return corrupt(path+".prepend", "missing")
+		}
+		t.norms = append(t.norms, normStep{prepend: *v.Prepend})
+	case "Replace":
+		from, err := replacePattern(v.Pattern.String, v.Pattern.Regex, path)
+		if err != nil {
+			return err
+		}
+		if v.Content == nil {
+			return corrupt(path+".content", "missing")
+		}
+		t.norms = append(t.norms, normStep{from: from, to: *v.Content, replace: true})
 	case "Sequence":
 		for i, n := range v.Normalizers {
 			if err := t.parseNormalizer(n, fmt.Sprintf("%s.normalizers[%d]", path, i)); err != nil {
@@ -283,16 +301,39 @@ func (t *Tokenizer) parseNormalizer(m json.RawMessage, path string) error {
 	return nil
 }
 
+// replacePattern returns the literal a Replace normalizer or decoder looks
+// for. A Regex pattern is supported only when it has no regex syntax, so
+// that it means the same string.
+func replacePattern(str, re *string, path string) (string, error) {
+	switch {
+	case str != nil:
+		if *str == "" {
+			return "", unsupported(path+".pattern.String", "an empty pattern")
+		}
+		return *str, nil
+	case re != nil:
+		if *re == "" || strings.ContainsAny(*re, `\.+*?()|[]{}^$`) {
+			return "", unsupported(path+".pattern.Regex", "Replace with the regex %q (only a plain string)", *re)
+		}
+		return *re, nil
+	}
+	return "", corrupt(path+".pattern", `want {"String": ...} or {"Regex": ...}`)
+}
+
 type splitJSON struct {
 	Pattern struct {
 		Regex  *string `json:"Regex"`
 		String *string `json:"String"`
 	} `json:"pattern"`
-	Behavior       string            `json:"behavior"`
-	Invert         bool              `json:"invert"`
-	AddPrefixSpace bool              `json:"add_prefix_space"`
-	UseRegex       *bool             `json:"use_regex"`
-	PreTokenizers  []json.RawMessage `json:"pretokenizers"`
+	Behavior         string            `json:"behavior"`
+	Invert           bool              `json:"invert"`
+	AddPrefixSpace   *bool             `json:"add_prefix_space"`
+	UseRegex         *bool             `json:"use_regex"`
+	PreTokenizers    []json.RawMessage `json:"pretokenizers"`
+	Replacement      *string           `json:"replacement"`
+	PrependScheme    *string           `json:"prepend_scheme"`
+	Split            *bool             `json:"split"`
+	IndividualDigits bool              `json:"individual_digits"`
 }
 
 func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
@@ -307,6 +348,9 @@ func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
 	if t.byteLevel {
 		return unsupported(path, "pre-tokenizer %q after ByteLevel", typ)
 	}
+	if t.meta != nil {
+		return unsupported(path, "pre-tokenizer %q after Metaspace", typ)
+	}
 	switch typ {
 	case "Sequence":
 		for i, p := range v.PreTokenizers {
@@ -315,9 +359,9 @@ func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
 			}
 		}
 	case "Split":
-		if v.Invert {
-			return unsupported(path+".invert", "Split with invert=true")
-		}
+		// invert=true flips which parts are matches: with Isolated every
+		// part is a piece either way; with Removed the regex matches are
+		// kept and the text between them dropped.
 		if v.Behavior != "Isolated" && v.Behavior != "Removed" {
 			return unsupported(path+".behavior", "Split behavior %q", v.Behavior)
 		}
@@ -331,33 +375,85 @@ func (t *Tokenizer) parsePreTokenizer(m json.RawMessage, path string) error {
 		default:
 			return corrupt(path+".pattern", `want {"Regex": ...} or {"String": ...}`)
 		}
+		isolated := v.Behavior == "Isolated"
+		keepMatches := v.Invert && !isolated
+		removed := !isolated && !v.Invert
 		st := preStage{}
-		if !literal && v.Behavior == "Isolated" {
+		if !literal && isolated && !v.Invert {
+			st.pattern = pat // for finish to recognize DeepSeek's three Splits
+		}
+		if !literal && !removed {
+			// The scanners' regexes match at every position: the matches tile
+			// the text, so keeping only the matches is Isolated.
 			st.scan = scanKindOf(pat)
 		}
 		if st.scan == scanNone {
 			if pat == "" {
 				return unsupported(path+".pattern", "empty pattern")
 			}
-			re, err := newRegexSplitter(pat, literal, v.Behavior == "Isolated")
+			re, err := newRegexSplitter(pat, literal, isolated)
 			if err != nil {
 				return unsupported(path+".pattern", "regex %q: %v", pat, err)
 			}
+			re.keepMatches = keepMatches
 			st.re = re
 		}
 		t.stages = append(t.stages, st)
+	case "Digits":
+		t.stages = append(t.stages, preStage{digits: true, individual: v.IndividualDigits})
 	case "ByteLevel":
 		t.byteLevel = true
-		if v.AddPrefixSpace {
+		if v.AddPrefixSpace != nil && *v.AddPrefixSpace {
 			t.stages = append(t.stages, preStage{prefixSpace: true})
 		}
 		if v.UseRegex == nil || *v.UseRegex {
 			t.stages = append(t.stages, preStage{scan: scanGPT2})
 		}
+	case "Metaspace":
+		if len(t.stages) > 0 {
+			return unsupported(path, "Metaspace after other pre-tokenizers")
+		}
+		ms, err := parseMetaspace(&v, path)
+		if err != nil {
+			return err
+		}
+		t.meta = ms
 	default:
 		return unsupported(path, "pre-tokenizer %q", typ)
 	}
 	return nil
+}
+
+// parseMetaspace reads a Metaspace pre-tokenizer or decoder: replacement,
+// prepend_scheme ("always", "first", "never"; files from before it existed
+// have add_prefix_space, true meaning "always") and split (default true).
+func parseMetaspace(v *splitJSON, path string) (*metaspace, error) {
+	ms := &metaspace{repl: "\u2581", scheme: prependAlways, split: true}
+	if v.Replacement != nil {
+		if utf8.RuneCountInString(*v.Replacement) != 1 {
+			return nil, corrupt(path+".replacement", "%q is not one character", *v.Replacement)
+		}
+		ms.repl = *v.Replacement
+	}
+	switch {
+	case v.PrependScheme != nil:
+		switch *v.PrependScheme {
+		case "always":
+			ms.scheme = prependAlways
+		case "first":
+			ms.scheme = prependFirst
+		case "never":
+			ms.scheme = prependNever
+		default:
+			return nil, unsupported(path+".prepend_scheme", "%q", *v.PrependScheme)
+		}
+	case v.AddPrefixSpace != nil && !*v.AddPrefixSpace:
+		ms.scheme = prependNever
+	}
+	if v.Split != nil {
+		ms.split = *v.Split
+	}
+	return ms, nil
 }
 
 type modelJSON struct {
@@ -386,15 +482,14 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 	if v.EndOfWordSuffix != nil && *v.EndOfWordSuffix != "" {
 		return unsupported(path+".end_of_word_suffix", "%q", *v.EndOfWordSuffix)
 	}
-	if v.ByteFallback {
-		return unsupported(path+".byte_fallback", "byte_fallback=true")
-	}
 	if v.Vocab == nil {
 		return corrupt(path+".vocab", "missing")
 	}
 	bm := &t.model
 	bm.ignoreMerges = v.IgnoreMerges
 	bm.fuseUnk = v.FuseUnk
+	bm.byteFallback = v.ByteFallback
+	bm.charLevel = !t.byteLevel
 	if v.Vocab.m == nil {
 		v.Vocab.index()
 	}
@@ -464,6 +559,23 @@ func (t *Tokenizer) buildVocab(toks []string, ids []int32, maxID int32, path str
 	arena := make([]byte, 0, size)
 	bounds := make([][2]int32, maxID+1) // each id's bytes in arena
 	odd := make([]bool, maxID+1)        // not a byte-level token: decoded as is
+	if bm.charLevel {
+		// The vocabulary is keyed by the tokens themselves.
+		for k, tok := range toks {
+			id := ids[k]
+			if t.isToken[id] {
+				return corrupt(path+".vocab", "id %d is given to %q and %q", id, t.tokens[id], tok)
+			}
+			t.isToken[id] = true
+			t.tokens[id], t.decoded[id] = tok, tok
+			bm.vocab[tok] = id
+			if len(tok) == 1 && tok[0] < utf8.RuneSelf {
+				bm.byteID[tok[0]] = id
+			}
+		}
+		bm.initCharLevel()
+		return nil
+	}
 	for k, tok := range toks {
 		id := ids[k]
 		if t.isToken[id] {
@@ -546,6 +658,10 @@ func (t *Tokenizer) buildMerges(vocab map[string]int32, pairs [][2]string, path 
 func (t *Tokenizer) parseAdded(list []addedToken) error {
 	modelSize := int32(t.vocabSize)
 	modelID := func(content string) (int32, bool) {
+		if t.model.charLevel {
+			id, ok := t.model.vocab[content]
+			return id, ok
+		}
 		if id, ok := t.oddTokens[content]; ok {
 			return id, true
 		}
@@ -620,8 +736,18 @@ func (t *Tokenizer) parseAdded(list []addedToken) error {
 			extra++
 		}
 		t.isToken[id] = true
-		t.tokens[id] = a.Content
-		raw, _ := byteLevelDecode(a.Content)
+		// HF gives a normalized token's id back as its normalized content
+		// (Llama-2's <s> decodes as "▁<s>"), which then is not special.
+		content := a.Content
+		if a.Normalized {
+			content = t.normalize(content)
+		}
+		t.tokens[id] = content
+		if t.model.charLevel {
+			t.decoded[id] = content
+			continue
+		}
+		raw, _ := byteLevelDecode(content)
 		t.decoded[id] = string(raw)
 	}
 	t.vocabSize += extra
@@ -732,6 +858,13 @@ func (t *Tokenizer) parseDecoder(m json.RawMessage, path string) error {
 	}
 	var v struct {
 		Decoders []json.RawMessage `json:"decoders"`
+		Pattern  struct {
+			String *string `json:"String"`
+			Regex  *string `json:"Regex"`
+		} `json:"pattern"`
+		Content json.RawMessage `json:"content"`
+		Start   int             `json:"start"`
+		Stop    int             `json:"stop"`
 	}
 	typ, err := component(m, path, &v)
 	if err != nil {
@@ -739,11 +872,41 @@ func (t *Tokenizer) parseDecoder(m json.RawMessage, path string) error {
 	}
 	switch typ {
 	case "ByteLevel":
+		t.decSteps = append(t.decSteps, decStep{kind: decByteLevel})
 	case "Sequence":
-		if len(v.Decoders) != 1 {
-			return unsupported(path+".decoders", "a Sequence of %d decoders (only [ByteLevel])", len(v.Decoders))
+		for i, d := range v.Decoders {
+			p := fmt.Sprintf("%s.decoders[%d]", path, i)
+			if isNull(d) {
+				return corrupt(p, "null")
+			}
+			if err := t.parseDecoder(d, p); err != nil {
+				return err
+			}
 		}
-		return t.parseDecoder(v.Decoders[0], path+".decoders[0]")
+	case "Replace":
+		from, err := replacePattern(v.Pattern.String, v.Pattern.Regex, path)
+		if err != nil {
+			return err
+		}
+		var to string
+		if err := json.Unmarshal(v.Content, &to); err != nil {
+			return corrupt(path+".content", "want a string")
+		}
+		t.decSteps = append(t.decSteps, decStep{kind: decReplace, from: from, to: to})
+	case "ByteFallback":
+		t.decSteps = append(t.decSteps, decStep{kind: decByteFallback})
+	case "Fuse":
+		t.decSteps = append(t.decSteps, decStep{kind: decFuse})
+	case "Strip":
+		var c string
+		if err := json.Unmarshal(v.Content, &c); err != nil || utf8.RuneCountInString(c) != 1 {
+			return corrupt(path+".content", "want one character")
+		}
+		if v.Start < 0 || v.Stop < 0 {
+			return corrupt(path, "start %d, stop %d", v.Start, v.Stop)
+		}
+		r, _ := utf8.DecodeRuneInString(c)
+		t.decSteps = append(t.decSteps, decStep{kind: decStrip, char: r, start: v.Start, stop: v.Stop})
 	default:
 		return unsupported(path, "decoder %q", typ)
 	}

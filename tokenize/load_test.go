@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,7 +95,6 @@ func TestLoadErrors(t *testing.T) {
 		{name: "not an object", raw: "[]", wantErr: ErrCorrupt, wantPath: "$"},
 		{name: "no model", mutate: func(m map[string]any) { delete(m, "model") }, wantErr: ErrCorrupt, wantPath: "$.model"},
 		{name: "WordPiece", mutate: func(m map[string]any) { m["model"].(map[string]any)["type"] = "WordPiece" }, wantErr: ErrUnsupported, wantPath: "$.model.type"},
-		{name: "byte fallback", mutate: func(m map[string]any) { m["model"].(map[string]any)["byte_fallback"] = true }, wantErr: ErrUnsupported, wantPath: "$.model.byte_fallback"},
 		{name: "dropout", mutate: func(m map[string]any) { m["model"].(map[string]any)["dropout"] = 0.1 }, wantErr: ErrUnsupported, wantPath: "$.model.dropout"},
 		{name: "suffix", mutate: func(m map[string]any) { m["model"].(map[string]any)["end_of_word_suffix"] = "</w>" }, wantErr: ErrUnsupported, wantPath: "$.model.end_of_word_suffix"},
 		{name: "merge not in vocab", mutate: func(m map[string]any) { m["model"].(map[string]any)["merges"] = []any{"x y"} }, wantErr: ErrCorrupt, wantPath: "$.model.merges[0]"},
@@ -108,21 +108,32 @@ func TestLoadErrors(t *testing.T) {
 			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}, map[string]any{"type": "Strip"}}}
 		}, wantErr: ErrUnsupported, wantPath: "$.normalizer.normalizers[1]"},
 		{name: "no type", mutate: func(m map[string]any) { m["normalizer"] = map[string]any{} }, wantErr: ErrCorrupt, wantPath: "$.normalizer"},
-		{name: "Metaspace", mutate: func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer"},
-		{name: "no ByteLevel", mutate: func(m map[string]any) {
-			m["pre_tokenizer"].(map[string]any)["pretokenizers"] = m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[:1]
-		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer"},
-		{name: "Digits", mutate: func(m map[string]any) {
+		{name: "Metaspace scheme", mutate: func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "prepend_scheme": "sometimes"}
+		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer.prepend_scheme"},
+		{name: "Metaspace replacement", mutate: func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "__"}
+		}, wantErr: ErrCorrupt, wantPath: "$.pre_tokenizer.replacement"},
+		{name: "Metaspace after Split", mutate: func(m map[string]any) {
 			p := m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)
-			p[0] = map[string]any{"type": "Digits", "individual_digits": true}
+			p[1] = map[string]any{"type": "Metaspace"}
+		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer.pretokenizers[1]"},
+		{name: "Punctuation", mutate: func(m map[string]any) {
+			p := m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)
+			p[0] = map[string]any{"type": "Punctuation"}
 		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer.pretokenizers[0]"},
+		{name: "Replace regex", mutate: func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Replace", "pattern": map[string]any{"Regex": " +"}, "content": "\u2581"}
+		}, wantErr: ErrUnsupported, wantPath: "$.normalizer.pattern.Regex"},
+		{name: "Prepend without prepend", mutate: func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Prepend"} }, wantErr: ErrCorrupt, wantPath: "$.normalizer.prepend"},
+		{name: "Metaspace decoder", mutate: func(m map[string]any) { m["decoder"] = map[string]any{"type": "Metaspace"} }, wantErr: ErrUnsupported, wantPath: "$.decoder"},
+		{name: "Strip decoder", mutate: func(m map[string]any) {
+			m["decoder"] = map[string]any{"type": "Sequence", "decoders": []any{map[string]any{"type": "Fuse"}, map[string]any{"type": "Strip", "content": "ab", "start": 1, "stop": 0}}}
+		}, wantErr: ErrCorrupt, wantPath: "$.decoder.decoders[1].content"},
 		{name: "split after ByteLevel", mutate: func(m map[string]any) {
 			p := m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)
 			p[0], p[1] = p[1], p[0]
 		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer.pretokenizers[1]"},
-		{name: "invert", mutate: func(m map[string]any) {
-			m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["invert"] = true
-		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer.pretokenizers[0].invert"},
 		{name: "behavior", mutate: func(m map[string]any) {
 			m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["behavior"] = "MergedWithNext"
 		}, wantErr: ErrUnsupported, wantPath: "$.pre_tokenizer.pretokenizers[0].behavior"},
@@ -312,4 +323,29 @@ func FuzzLoad(f *testing.F) {
 		}
 		_ = tok.Decode([]int32{-1, 0, 1 << 30}, false)
 	})
+}
+
+// TestFamilySeeds checks that FuzzLoad has a seed per tokenizer family
+// (testdata/fuzz/FuzzLoad/family-*, made by testdata/make-fuzz-seeds.go) and
+// that each loads, so that the fuzzer starts from every family's components.
+func TestFamilySeeds(t *testing.T) {
+	for _, fam := range families[len(models):] {
+		raw, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzLoad", "family-"+fam))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lit, ok := strings.CutPrefix(string(raw), "go test fuzz v1\n[]byte(")
+		lit, ok2 := strings.CutSuffix(lit, ")\n")
+		data, err := strconv.Unquote(lit)
+		if !ok || !ok2 || err != nil {
+			t.Fatalf("%s: not a go test fuzz v1 []byte file", fam)
+		}
+		tok, err := New([]byte(data))
+		if err != nil {
+			t.Fatalf("%s: %v", fam, err)
+		}
+		if ids := tok.Encode("Hello world 123 ça", true); len(ids) == 0 {
+			t.Errorf("%s: no ids", fam)
+		}
+	}
 }

@@ -32,7 +32,24 @@ const (
 	scanLlama3
 	scanQwen2
 	scanGPT2
+	scanO200k
+	scanTekken
+	scanDeepSeek      // DeepSeek's three Splits in one (see scanDeepSeekOuter)
+	scanDeepSeekInner // the third of them, within a piece of the first two
+	scanDigitsGPT2    // Digits(individual_digits) then ByteLevel's regex (SmolLM2)
 )
+
+// innerScan returns, for a scanner made of two levels, the scanner run
+// within each piece of the outer one; otherwise scanNone.
+func innerScan(k scanKind) scanKind {
+	switch k {
+	case scanDeepSeek:
+		return scanDeepSeekInner
+	case scanDigitsGPT2:
+		return scanGPT2
+	}
+	return scanNone
+}
 
 func scanKindOf(pattern string) scanKind {
 	switch pattern {
@@ -42,6 +59,10 @@ func scanKindOf(pattern string) scanKind {
 		return scanQwen2
 	case PatternGPT2:
 		return scanGPT2
+	case PatternO200k:
+		return scanO200k
+	case PatternTekken:
+		return scanTekken
 	}
 	return scanNone
 }
@@ -151,8 +172,19 @@ func asciiLetters(s string, i int) int {
 // the regex of kind, which must not be scanNone. These regexes match at every
 // position, so the pre-tokens tile the text: there are no gaps.
 func scan(kind scanKind, s string) int {
-	if kind == scanGPT2 {
+	switch kind {
+	case scanGPT2:
 		return scanGPT2Next(s)
+	case scanO200k:
+		return scanO200kNext(s, true)
+	case scanTekken:
+		return scanO200kNext(s, false)
+	case scanDeepSeek:
+		return scanDeepSeekOuter(s) // not a pre-token: see innerScan
+	case scanDigitsGPT2:
+		return scanDigitsOuter(s) // not a pre-token: see innerScan
+	case scanDeepSeekInner:
+		return scanDeepSeekNext(s)
 	}
 	c0 := s[0]
 	// Fast path: an ASCII letter run, with an optional leading space.
@@ -271,8 +303,9 @@ type span struct{ start, end int }
 // classes of HF tokenizers, and whose (?i:...) groups of ASCII literals are
 // rewritten to the case folds of Oniguruma.
 type regexSplitter struct {
-	re       *regexp2.Regexp
-	isolated bool // Isolated, else Removed
+	re          *regexp2.Regexp
+	isolated    bool // Isolated, else Removed
+	keepMatches bool // Removed with invert: only the matches are pieces
 }
 
 func newRegexSplitter(pattern string, literal, isolated bool) (*regexSplitter, error) {
@@ -315,6 +348,14 @@ func (r *regexSplitter) appendSpans(dst []span, s string) []span {
 	}
 	// Isolated: matches and the text between them are pieces. Removed: only
 	// the text between matches.
+	if r.keepMatches {
+		for _, m := range matches {
+			if m.end > m.start {
+				dst = append(dst, m)
+			}
+		}
+		return dst
+	}
 	prev := 0
 	for _, m := range matches {
 		if m.start > prev {
@@ -331,37 +372,52 @@ func (r *regexSplitter) appendSpans(dst []span, s string) []span {
 	return dst
 }
 
-var classSets = sync.OnceValue(func() (sets [4]string) {
-	var b [4]strings.Builder
-	lo := [4]rune{-1, -1, -1, -1}
-	flush := func(c uclass.Class, hi rune) {
-		writeClassRune(&b[c], lo[c])
-		if hi > lo[c] {
-			b[c].WriteByte('-')
-			writeClassRune(&b[c], hi)
-		}
-		lo[c] = -1
+// classSets holds the regexp2 class bodies of the \p{..} names the Split
+// regexes use, with the code points HF's Oniguruma puts in them, and of \s.
+var classSets = sync.OnceValue(func() map[string]string {
+	var b [4 + uclass.NumCategories]strings.Builder
+	lo := make([]rune, len(b))
+	for i := range lo {
+		lo[i] = -1
 	}
-	prev := uclass.Class(255)
+	// class k: 0-3 the uclass.Class values, 4+c the categories.
+	flush := func(k int, hi rune) {
+		writeClassRune(&b[k], lo[k])
+		if hi > lo[k] {
+			b[k].WriteByte('-')
+			writeClassRune(&b[k], hi)
+		}
+		lo[k] = -1
+	}
+	var prev [2]int
+	prev[0], prev[1] = -1, -1
 	for r := rune(0); r <= 0x110000; r++ {
-		c := uclass.Class(255)
+		cur := [2]int{-1, -1}
 		if r < 0x110000 && (r < 0xD800 || r > 0xDFFF) {
-			c = uclass.Of(r)
+			cur[0] = int(uclass.Of(r))
+			cur[1] = 4 + int(uclass.Cat(r))
 		}
-		if c != prev {
-			if prev != 255 && lo[prev] >= 0 {
-				flush(prev, r-1)
+		for j := range cur {
+			if cur[j] == prev[j] {
+				continue
 			}
-			if c != 255 {
-				lo[c] = r
+			if prev[j] >= 0 && lo[prev[j]] >= 0 {
+				flush(prev[j], r-1)
 			}
-			prev = c
+			if cur[j] >= 0 {
+				lo[cur[j]] = r
+			}
+			prev[j] = cur[j]
 		}
 	}
-	for i := range sets {
-		sets[i] = b[i].String()
+	sets := map[string]string{
+		"L": b[uclass.Letter].String(), "N": b[uclass.Number].String(), "s": b[uclass.Space].String(),
 	}
-	return
+	for name, c := range map[string]uclass.Category{"Lu": uclass.CatUpper, "Ll": uclass.CatLower, "Lt": uclass.CatTitle,
+		"Lm": uclass.CatModifier, "Lo": uclass.CatOtherLetter, "M": uclass.CatMark, "P": uclass.CatPunct, "S": uclass.CatSymbol} {
+		sets[name] = b[4+int(c)].String()
+	}
+	return sets
 })
 
 func writeClassRune(b *strings.Builder, r rune) {
@@ -391,18 +447,20 @@ func rewritePattern(p string) (string, error) {
 			var neg bool
 			n := 2
 			switch {
-			case strings.HasPrefix(p[i:], `\p{L}`):
-				set, n = sets[uclass.Letter], 5
-			case strings.HasPrefix(p[i:], `\p{N}`):
-				set, n = sets[uclass.Number], 5
-			case strings.HasPrefix(p[i:], `\P{L}`):
-				set, n, neg = sets[uclass.Letter], 5, true
-			case strings.HasPrefix(p[i:], `\P{N}`):
-				set, n, neg = sets[uclass.Number], 5, true
+			case (esc == 'p' || esc == 'P') && i+2 < len(p) && p[i+2] == '{':
+				end := strings.IndexByte(p[i:], '}')
+				var ok bool
+				if end > 0 {
+					set, ok = sets[p[i+3:i+end]]
+				}
+				if !ok {
+					return "", fmt.Errorf("the Unicode class %q is not supported", p[i:min(len(p), i+8)])
+				}
+				n, neg = end+1, esc == 'P'
 			case esc == 's':
-				set = sets[uclass.Space]
+				set = sets["s"]
 			case esc == 'S':
-				set, neg = sets[uclass.Space], true
+				set, neg = sets["s"], true
 			case esc == 'p' || esc == 'P':
 				return "", fmt.Errorf("the Unicode class %q is not supported", p[i:min(len(p), i+8)])
 			}
@@ -471,4 +529,66 @@ func rewritePattern(p string) (string, error) {
 		}
 	}
 	return out.String(), nil
+}
+
+// appendDigitPieces is HF's Digits pre-tokenizer: runs of numeric
+// characters (Rust's char::is_numeric) are pieces apart from the rest, each
+// numeric character alone with individual.
+func appendDigitPieces(dst []string, s string, individual bool) []string {
+	start := 0
+	prevNum := false
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		num := uclass.IsNumeric(r)
+		if i > start && (num != prevNum || num && individual) {
+			dst = append(dst, s[start:i])
+			start = i
+		}
+		prevNum = num
+		i += n
+	}
+	if start < len(s) {
+		dst = append(dst, s[start:])
+	}
+	return dst
+}
+
+// appendScanPieces appends the pre-tokens of s under the scanner k.
+func appendScanPieces(dst []string, k scanKind, s string) []string {
+	for len(s) > 0 {
+		n := scan(k, s)
+		if in := innerScan(k); in != scanNone {
+			dst = appendScanPieces(dst, in, s[:n])
+		} else {
+			dst = append(dst, s[:n])
+		}
+		s = s[n:]
+	}
+	return dst
+}
+
+// scanDigitsOuter returns the length of the first piece of s under HF's
+// Digits pre-tokenizer with individual_digits: one numeric character, or the
+// text up to the next.
+func scanDigitsOuter(s string) int {
+	r, n := utf8.DecodeRuneInString(s)
+	if uclass.IsNumeric(r) {
+		return n
+	}
+	i := n
+	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= '0' && c <= '9' {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if uclass.IsNumeric(r) {
+			return i
+		}
+		i += n
+	}
+	return i
 }

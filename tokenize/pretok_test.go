@@ -8,43 +8,62 @@ import (
 	"testing"
 )
 
+// scanPatterns are the hand-written scanners and the Split regexes they
+// stand for (DeepSeek: three Splits applied in turn).
 var scanPatterns = []struct {
-	kind    scanKind
-	pattern string
+	kind     scanKind
+	patterns []string
 }{
-	{scanLlama3, PatternLlama3},
-	{scanQwen2, PatternQwen2},
-	{scanGPT2, PatternGPT2},
+	{scanLlama3, []string{PatternLlama3}},
+	{scanQwen2, []string{PatternQwen2}},
+	{scanGPT2, []string{PatternGPT2}},
+	{scanO200k, []string{PatternO200k}},
+	{scanTekken, []string{PatternTekken}},
+	{scanDeepSeek, []string{PatternDeepSeekDigits, PatternDeepSeekCJK, PatternDeepSeek}},
+	{scanDigitsGPT2, []string{"digits", PatternGPT2}}, // Digits(individual_digits), then GPT-2's
 }
 
 func scanAll(kind scanKind, s string) []string {
-	var out []string
-	for len(s) > 0 {
-		n := scan(kind, s)
-		out = append(out, s[:n])
-		s = s[n:]
-	}
-	return out
+	return appendScanPieces(nil, kind, s)
 }
 
-var fallbacks = sync.OnceValue(func() map[scanKind]*regexSplitter {
-	m := map[scanKind]*regexSplitter{}
+var fallbacks = sync.OnceValue(func() map[scanKind][]*regexSplitter {
+	m := map[scanKind][]*regexSplitter{}
 	for _, p := range scanPatterns {
-		re, err := newRegexSplitter(p.pattern, false, true)
-		if err != nil {
-			panic(err)
+		for _, pat := range p.patterns {
+			if pat == "digits" {
+				m[p.kind] = append(m[p.kind], nil)
+				continue
+			}
+			re, err := newRegexSplitter(pat, false, true)
+			if err != nil {
+				panic(err)
+			}
+			m[p.kind] = append(m[p.kind], re)
 		}
-		m[p.kind] = re
 	}
 	return m
 })
 
 func regexAll(kind scanKind, s string) []string {
-	var out []string
-	for _, sp := range fallbacks()[kind].appendSpans(nil, s) {
-		out = append(out, s[sp.start:sp.end])
+	pieces := []string{s}
+	for _, re := range fallbacks()[kind] {
+		var next []string
+		for _, p := range pieces {
+			if re == nil { // HF's Digits: the reference is appendDigitPieces
+				next = appendDigitPieces(next, p, true)
+				continue
+			}
+			for _, sp := range re.appendSpans(nil, p) {
+				next = append(next, p[sp.start:sp.end])
+			}
+		}
+		pieces = next
 	}
-	return out
+	if s == "" {
+		return nil
+	}
+	return pieces
 }
 
 func TestScanTable(t *testing.T) {
@@ -73,6 +92,13 @@ func TestScanTable(t *testing.T) {
 		{scanLlama3, "a\xffb", []string{"a", "\xffb"}},
 		{scanGPT2, "a  \n b", []string{"a", "  \n", " b"}},
 		{scanGPT2, "x\u2028y", []string{"x", "\u2028", "y"}},
+		{scanO200k, "HelloWorld it's HTTPServer ABC's 1234567", []string{"Hello", "World", " it's", " HTTPServer", " ABC's", " ", "123", "456", "7"}},
+		{scanO200k, "a/b\n//\n x", []string{"a", "/b", "\n", "//\n", " x"}},
+		{scanO200k, "e\u0301\u0301X\u0301", []string{"e\u0301\u0301", "X\u0301"}},
+		{scanTekken, "HelloWorld it's 12", []string{"Hello", "World", " it", "'s", " ", "1", "2"}},
+		{scanDeepSeek, "12345東京abc,def 日本語。x\x00\x00y", []string{"123", "45", "東京", "abc", ",def", " ", "日本語", "。", "x", "\x00", "\x00y"}},
+		{scanDigitsGPT2, "abc 123 x1y \u0663\u00bd", []string{"abc", " ", "1", "2", "3", " x", "1", "y", " ", "\u0663", "\u00bd"}},
+		{scanDeepSeek, "カタ・カナ\r\n\r\n  ok!?\n", []string{"カタ", "・", "カナ", "\r\n\r\n", " ", " ok", "!?\n"}},
 	} {
 		if got := scanAll(tc.kind, tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("kind %d %q: got %q, want %q", tc.kind, tc.in, got, tc.want)
@@ -110,6 +136,7 @@ func FuzzScanner(f *testing.F) {
 		"Hello world", "it's I'LL 'ſ 'Re", "1234567 ١٢٣", "a  \n\n b  ", "\r\n\r", "?!\n\nx",
 		"\u3000\u3000x\u00a0\u0085\u2028\u2029\v\f", "a\xffb\xe2\x82", "\xf0\x9f\x98", "<|im_end|>",
 		"e\u0301 \u1100\u1161 𐵊𐵋", "\t \t \t x", "''s 're've", "x  ", " ", "",
+		"HTTPServer ABC's ǅx \u02b0\u0301a", "東京123カタ・カナ,x", "a/b\n//", "\x00\u200d\ue000x",
 	} {
 		f.Add(s)
 	}
@@ -138,7 +165,10 @@ func TestRewritePattern(t *testing.T) {
 		{`[^\s\p{L}]`, false},
 		{`\S+`, false},
 		{`[\S]`, true},
-		{`\p{Lu}`, true},
+		{`\p{Lu}[\p{Ll}\p{M}]\P{S}`, false},
+		{`\p{Greek}`, true},
+		{`\p{Lu`, true},
+		{`\pL`, true},
 		{`(?i:abc)`, false},
 		{`(?i:a+)`, true},
 		{`(?i:`, true},

@@ -25,12 +25,17 @@ type Tokenizer struct {
 	sha       string
 	vocabSize int
 	model     bpeModel
-	norms     []norm.Form
+	norms     []normStep
+	// asciiStable: every normalizer leaves ASCII text as it is
+	asciiStable bool
 
 	// pre-tokenizer
 	byteLevel bool
 	stages    []preStage
 	fastScan  scanKind // the only stage, when it has a scanner
+	meta      *metaspace
+	spView    spViewKind
+	spPrepend bool
 
 	// added tokens
 	addedByID      map[int32]*addedToken
@@ -49,6 +54,8 @@ type Tokenizer struct {
 	isSpecial  []bool
 	oddTokens  map[string]int32 // vocab tokens that are not byte-level strings
 	joinDecode bool             // no decoder: Decode joins tokens with spaces, as HF
+	decSteps   []decStep        // the decoder chain
+	fastDecode bool             // the decoder is ByteLevel alone over a byte-level model
 
 	special Special
 	states  statePool
@@ -58,21 +65,49 @@ type Tokenizer struct {
 type preStage struct {
 	scan        scanKind       // a hand-written Split scanner, or
 	re          *regexSplitter // a regex Split, or
-	prefixSpace bool           // ByteLevel's add_prefix_space
+	pattern     string         // the regex of an Isolated Split
+	prefixSpace bool           // ByteLevel's add_prefix_space, or
+	digits      bool           // Digits: numeric characters split from the rest,
+	individual  bool           // each one a piece of its own (individual_digits)
 }
 
 func (t *Tokenizer) finish() {
+	// DeepSeek's three Splits have one scanner for all three.
+	for i := 0; i+3 <= len(t.stages); i++ {
+		if t.stages[i].pattern == PatternDeepSeekDigits && t.stages[i+1].pattern == PatternDeepSeekCJK && t.stages[i+2].pattern == PatternDeepSeek {
+			t.stages = append(append(t.stages[:i:i], preStage{scan: scanDeepSeek}), t.stages[i+3:]...)
+		}
+	}
+	// So have SmolLM2's Digits(individual_digits) and ByteLevel regex.
+	for i := 0; i+2 <= len(t.stages); i++ {
+		if t.stages[i].digits && t.stages[i].individual && t.stages[i+1].scan == scanGPT2 {
+			t.stages = append(append(t.stages[:i:i], preStage{scan: scanDigitsGPT2}), t.stages[i+2:]...)
+		}
+	}
 	if len(t.stages) == 1 && t.stages[0].scan != scanNone {
 		t.fastScan = t.stages[0].scan
 	}
+	t.asciiStable = true
+	for _, n := range t.norms {
+		t.asciiStable = t.asciiStable && n.isForm
+	}
+	t.initSPView()
+	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
+	// An added token by its content (t.tokens has Llama-2's "▁<s>").
+	name := func(id int32) string {
+		if a := t.addedByID[id]; a != nil {
+			return a.Content
+		}
+		return t.tokens[id]
+	}
 	if len(t.prefix) == 1 {
 		t.special.BOSID = t.prefix[0]
-		t.special.BOS = t.tokens[t.prefix[0]]
+		t.special.BOS = name(t.prefix[0])
 	}
 	if len(t.suffix) == 1 {
 		t.special.EOSID = t.suffix[0]
-		t.special.EOS = t.tokens[t.suffix[0]]
+		t.special.EOS = name(t.suffix[0])
 	}
 	t.states.init()
 }
@@ -93,6 +128,10 @@ func (t *Tokenizer) VocabSize() int { return t.vocabSize }
 func (t *Tokenizer) TokenID(token string) (int32, bool) {
 	if id, ok := t.addedByContent[token]; ok {
 		return id, true
+	}
+	if t.model.charLevel {
+		id, ok := t.model.vocab[token]
+		return id, ok
 	}
 	if id, ok := t.oddTokens[token]; ok {
 		return id, true
@@ -144,7 +183,7 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *
 		dst = append(dst, t.prefix...)
 	}
 	if t.rawTrie.empty() {
-		dst = t.appendNormalized(dst, text, ascii, sc)
+		dst = t.appendNormalized(dst, text, ascii, true, sc)
 	} else {
 		prev := 0
 		for {
@@ -153,27 +192,19 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *
 				break
 			}
 			if m.start > prev {
-				dst = t.appendNormalized(dst, text[prev:m.start], ascii, sc)
+				dst = t.appendNormalized(dst, text[prev:m.start], ascii, prev == 0, sc)
 			}
 			dst = append(dst, m.tok.ID)
 			prev = m.end
 		}
 		if prev < len(text) {
-			dst = t.appendNormalized(dst, text[prev:], ascii, sc)
+			dst = t.appendNormalized(dst, text[prev:], ascii, prev == 0, sc)
 		}
 	}
 	if addSpecial {
 		dst = append(dst, t.suffix...)
 	}
 	return dst
-}
-
-// normalize applies the normalizer to s.
-func (t *Tokenizer) normalize(s string) string {
-	for _, f := range t.norms {
-		s = normalizeLikeHF(f, s)
-	}
-	return s
 }
 
 // normalizeLikeHF is f.String(s) with the two differences between
@@ -200,12 +231,15 @@ func normalizeLikeHF(f norm.Form, s string) string {
 	return b.String()
 }
 
-func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii bool, sc *state) []int32 {
-	if !ascii {
-		seg = t.normalize(seg)
+func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii, first bool, sc *state) []int32 {
+	if t.spView != spViewNone {
+		return t.appendSPView(dst, seg, first, sc)
+	}
+	if !ascii || !t.asciiStable {
+		seg = t.normalizeState(seg, ascii, sc)
 	}
 	if t.normTrie.empty() {
-		return t.appendPreTokenized(dst, seg, sc)
+		return t.appendPreTokenized(dst, seg, first, sc)
 	}
 	prev := 0
 	for {
@@ -214,19 +248,45 @@ func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii bool, sc *st
 			break
 		}
 		if m.start > prev {
-			dst = t.appendPreTokenized(dst, seg[prev:m.start], sc)
+			dst = t.appendPreTokenized(dst, seg[prev:m.start], first && prev == 0, sc)
 		}
 		dst = append(dst, m.tok.ID)
 		prev = m.end
 	}
 	if prev < len(seg) {
-		dst = t.appendPreTokenized(dst, seg[prev:], sc)
+		dst = t.appendPreTokenized(dst, seg[prev:], first && prev == 0, sc)
 	}
 	return dst
 }
 
-func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc *state) []int32 {
+func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *state) []int32 {
+	if t.model.charLevel && len(t.stages) == 0 {
+		return t.appendSP(dst, seg, first, sc)
+	}
 	if k := t.fastScan; k != scanNone {
+		in := innerScan(k)
+		if in == scanNone {
+			return t.appendScanned(dst, seg, k, sc)
+		}
+		for len(seg) > 0 {
+			n := scan(k, seg)
+			dst = t.appendScanned(dst, seg[:n], in, sc)
+			seg = seg[n:]
+		}
+		return dst
+	}
+	if len(t.stages) == 0 {
+		if seg == "" {
+			return dst
+		}
+		return t.appendPiece(dst, seg, sc)
+	}
+	return t.appendStaged(dst, seg, sc)
+}
+
+// appendScanned appends the ids of seg split by the scanner k.
+func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
+	{
 		byteID := &t.model.byteID
 		cache := sc.cache
 		for len(seg) > 0 {
@@ -254,12 +314,11 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc *state) []int
 		}
 		return dst
 	}
-	if len(t.stages) == 0 {
-		if seg == "" {
-			return dst
-		}
-		return t.appendPiece(dst, seg, sc)
-	}
+}
+
+// appendStaged runs the pre-tokenizer stages one after the other over all
+// pieces, then the model over each.
+func (t *Tokenizer) appendStaged(dst []int32, seg string, sc *state) []int32 {
 	pieces := []string{seg}
 	var next []string
 	var spans []span
@@ -272,17 +331,15 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, sc *state) []int
 					p = " " + p
 				}
 				next = append(next, p)
+			case st.digits:
+				next = appendDigitPieces(next, p, st.individual)
 			case st.re != nil:
 				spans = st.re.appendSpans(spans[:0], p)
 				for _, s := range spans {
 					next = append(next, p[s.start:s.end])
 				}
 			default:
-				for len(p) > 0 {
-					n := scan(st.scan, p)
-					next = append(next, p[:n])
-					p = p[n:]
-				}
+				next = appendScanPieces(next, st.scan, p)
 			}
 		}
 		pieces, next = next, pieces
@@ -364,6 +421,15 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) []
 // exist are skipped, special added tokens too with skipSpecial, and invalid
 // UTF-8 (a sequence cut inside a character) becomes U+FFFD.
 func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
+	if !t.fastDecode && !t.joinDecode {
+		var toks []string
+		for _, id := range ids {
+			if id >= 0 && int(id) < len(t.tokens) && t.isToken[id] && !(skipSpecial && t.isSpecial[id]) {
+				toks = append(toks, t.tokens[id])
+			}
+		}
+		return t.decodeChain(toks)
+	}
 	var b []byte
 	for _, id := range ids {
 		if id < 0 || int(id) >= len(t.tokens) || !t.isToken[id] {

@@ -14,7 +14,7 @@ func TestAppendEncodeNoAllocs(t *testing.T) {
 		"東京都は日本の首都です。 It's 2,024 km — ok?\r\n\tdone  ",
 		"",
 	}
-	for _, m := range models {
+	for _, m := range families {
 		tok := loadModel(t, m)
 		dst := make([]int32, 0, 1024)
 		for _, s := range texts {
@@ -179,5 +179,31 @@ func TestDivesAkuru(t *testing.T) {
 		if got := tok.Encode(tc.in, false); !slices.Equal(got, tc.want) {
 			t.Errorf("%+q: got %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestSPView checks which SentencePiece-style tokenizers take the path that
+// reads spaces as "▁" without writing the normalized text out (the one
+// TestAppendEncodeNoAllocs holds to zero allocations).
+func TestSPView(t *testing.T) {
+	for m, want := range map[string]spViewKind{"tinyllama": spViewNorm, "phi3": spViewNorm, "mistral-v0.3": spViewMeta, "llama2": spViewNone, "qwen2.5": spViewNone} {
+		if got := loadModel(t, m).spView; got != want {
+			t.Errorf("%s: spView %d, want %d", m, got, want)
+		}
+	}
+}
+
+// TestSpecialFamilies checks the BOS the post-processor adds and its name:
+// Llama-2's <s> is normalized (HF gives id 1 back as "▁<s>"), yet Special
+// names it by its content.
+func TestSpecialFamilies(t *testing.T) {
+	for m, want := range map[string]string{"llama2": "<s>", "tinyllama": "<s>", "mistral-v0.3": "<s>", "mistral-nemo": "<s>", "phi3": ""} {
+		sp := loadModel(t, m).Special()
+		if sp.BOS != want || sp.AddBOS != (want != "") || want != "" && sp.BOSID != 1 {
+			t.Errorf("%s: Special = %+v, want BOS %q (id 1)", m, sp, want)
+		}
+	}
+	if tok, _ := loadModel(t, "llama2").Token(1); tok != "▁<s>" {
+		t.Errorf("llama2: Token(1) = %q, want HF's \"▁<s>\"", tok)
 	}
 }

@@ -7,7 +7,8 @@
 // Inputs: (a) the bundled Alpaca demo records formatted as the seed workloads
 // do ("### Instruction:\n...\n\n### Input:\n...\n\n### Response:\n...{eos}"),
 // repeated to -alpaca-mb MB; (b) the hard corpus corpus-dev.jsonl. For each
-// tokenizer (Qwen2.5, Llama-3.1), input and thread count it prints the median
+// tokenizer (the twelve of testdata/tokenizers, or -tokenizer a,b), input and
+// thread count it prints the median
 // MB/s (1e6 bytes of UTF-8 text per second) of each side by wall clock and
 // by process CPU time, and the ratio ferry/HF. HF runs as
 // `PYTHON bench/anchors/hf_tokenize.py --bench` with RAYON_NUM_THREADS=N;
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.anchor, "anchor", filepath.Join("bench", "anchors", "hf_tokenize.py"), "the HF anchor script")
 	fs.StringVar(&c.work, "work", "", "scratch `dir` (default: a temporary directory)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to `file`")
-	fs.StringVar(&c.tokenizer, "tokenizer", "", "only this tokenizer (qwen2.5 or llama3.1)")
+	fs.StringVar(&c.tokenizer, "tokenizer", "", "only these tokenizers, comma-separated (default: all twelve in testdata/tokenizers)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,13 +100,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.work = dir
 	}
 	var results []result
-	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>"}
-	fmt.Fprintf(stdout, "%-9s %-7s %7s %3s | %12s %12s | %12s %12s | %8s %8s\n",
-		"tokenizer", "input", "MB", "thr", "ferry MB/s", "HF MB/s", "ferry MB/cpu", "HF MB/cpu", "wall x", "cpu x")
-	for _, name := range []string{"qwen2.5", "llama3.1"} {
-		if c.tokenizer != "" && c.tokenizer != name {
-			continue
+	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>",
+		"tinyllama": "</s>", "llama2": "</s>", "mistral-v0.3": "</s>", "phi3": "<|endoftext|>",
+		"deepseek-r1": "<｜end▁of▁sentence｜>", "phi4": "<|im_end|>", "olmo2": "<|endoftext|>",
+		"smollm2": "<|endoftext|>", "mistral-nemo": "</s>", "gpt-oss": "<|return|>"}
+	names := []string{"qwen2.5", "llama3.1", "tinyllama", "llama2", "mistral-v0.3", "phi3",
+		"deepseek-r1", "phi4", "olmo2", "smollm2", "mistral-nemo", "gpt-oss"}
+	if c.tokenizer != "" {
+		names = strings.Split(c.tokenizer, ",")
+		for _, n := range names {
+			if _, ok := eos[n]; !ok {
+				return fmt.Errorf("-tokenizer: unknown tokenizer %q", n)
+			}
 		}
+	}
+	fmt.Fprintf(stdout, "%-12s %-7s %7s %3s | %12s %12s | %12s %12s | %8s %8s\n",
+		"tokenizer", "input", "MB", "thr", "ferry MB/s", "HF MB/s", "ferry MB/cpu", "HF MB/cpu", "wall x", "cpu x")
+	for _, name := range names {
 		dir, err := unpackTokenizer(name, c.work)
 		if err != nil {
 			return err
@@ -137,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				r.Tokenizer, r.Input = name, in.name
 				results = append(results, r)
-				fmt.Fprintf(stdout, "%-9s %-7s %7.1f %3d | %12.1f %12.2f | %12.1f %12.2f | %7.1fx %7.1fx\n",
+				fmt.Fprintf(stdout, "%-12s %-7s %7.1f %3d | %12.1f %12.2f | %12.1f %12.2f | %7.1fx %7.1fx\n",
 					name, in.name, float64(r.Bytes)/1e6, th, r.FerryMBs, r.HFMBs, r.FerryMBCPU, r.HFMBCPU,
 					r.FerryMBs/r.HFMBs, r.FerryMBCPU/r.HFMBCPU)
 			}

@@ -27,6 +27,22 @@ var seedTokenizers = []tokenizerSpec{
 	{"llama3.1", "<|end_of_text|>"}, // Llama-3.1-8B (torchrun FSDP seed): no pad, pad = eos
 }
 
+// familyTokenizers are the other tokenizer families the tokenizer jobs
+// measure (SentencePiece-style, then byte-level with other Split patterns),
+// each with its EOS (from its tokenizer_config.json where there is one).
+var familyTokenizers = []tokenizerSpec{
+	{"tinyllama", "</s>"},
+	{"llama2", "</s>"},
+	{"mistral-v0.3", "</s>"},
+	{"phi3", "<|endoftext|>"},
+	{"deepseek-r1", "<｜end▁of▁sentence｜>"},
+	{"phi4", "<|im_end|>"},
+	{"olmo2", "<|endoftext|>"},
+	{"smollm2", "<|endoftext|>"},
+	{"mistral-nemo", "</s>"},
+	{"gpt-oss", "<|return|>"},
+}
+
 // openZstd returns the decompressed contents of a .zst file.
 func readZstd(path string) ([]byte, error) {
 	f, err := os.Open(path)

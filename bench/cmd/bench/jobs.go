@@ -142,7 +142,8 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 	}
 	var ins []input
 	alp := input{name: "alpaca", path: map[string]string{}}
-	for _, t := range seedTokenizers {
+	toks := append(append([]tokenizerSpec{}, seedTokenizers...), familyTokenizers...)
+	for _, t := range toks {
 		if src == nil {
 			break
 		}
@@ -163,10 +164,14 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 		inputs = append(inputs, fmt.Sprintf("tokenize … corpus: %s — %d lines, %.2f MB of text (testdata/tokenizers/corpus-dev.jsonl.zst: prose, code, ~150 languages, stress text)",
 			cp, n, float64(b)/1e6))
 	}
-	ins = append(ins, input{name: "corpus", path: map[string]string{"qwen2.5": cp, "llama3.1": cp}})
+	corpusIn := input{name: "corpus", path: map[string]string{}}
+	for _, t := range toks {
+		corpusIn.path[t.name] = cp
+	}
+	ins = append(ins, corpusIn)
 
 	for _, in := range ins {
-		for _, t := range seedTokenizers {
+		for _, t := range toks {
 			tokDir, err := e.tokenizerDir(t.name)
 			for _, th := range e.threadCounts() {
 				name := fmt.Sprintf("tokenize %s %s %dT", t.name, in.name, th)

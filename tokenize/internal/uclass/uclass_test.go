@@ -95,3 +95,61 @@ func TestUnicode16(t *testing.T) {
 		t.Error("U+10D4A is not a letter")
 	}
 }
+
+// TestCategoriesMatchSource checks every code point against the category
+// probe file, and that the five letter categories make up \p{L} exactly.
+func TestCategoriesMatchSource(t *testing.T) {
+	f, err := os.Open("../../../testdata/tokenizers/onig-unicode-categories.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := make([]Category, 0x110000)
+	numeric := make([]bool, 0x110000)
+	names := map[string]Category{"Lu": CatUpper, "Ll": CatLower, "Lt": CatTitle, "Lm": CatModifier, "Lo": CatOtherLetter, "M": CatMark, "P": CatPunct, "S": CatSymbol}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	classes := 0
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		fields := strings.Fields(line)
+		classes++
+		for _, r := range fields[3:] {
+			lo, hi, ok := strings.Cut(r, "..")
+			if !ok {
+				hi = lo
+			}
+			a, _ := strconv.ParseUint(lo, 16, 32)
+			b, _ := strconv.ParseUint(hi, 16, 32)
+			for x := a; x <= b; x++ {
+				if fields[0] == "D" {
+					numeric[x] = true
+				} else {
+					want[x] = names[fields[0]]
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if classes != 9 {
+		t.Fatalf("%d classes in the source, want 9", classes)
+	}
+	bad := 0
+	for r := rune(0); r < 0x110000; r++ {
+		c := Cat(r)
+		isLetter := c >= CatUpper && c <= CatOtherLetter
+		if c != want[r] || IsNumeric(r) != numeric[r] || isLetter != (Of(r) == Letter) {
+			if bad++; bad < 10 {
+				t.Errorf("U+%04X: Cat %d IsNumeric %v Of %d, want Cat %d IsNumeric %v", r, c, IsNumeric(r), Of(r), want[r], numeric[r])
+			}
+		}
+	}
+	if Cat(-1) != CatOther || Cat(0x110000) != CatOther || IsNumeric(0x110000) {
+		t.Error("invalid code points")
+	}
+}

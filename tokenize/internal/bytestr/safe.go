@@ -1,0 +1,6 @@
+//go:build purego
+
+package bytestr
+
+// String returns a copy of b as a string.
+func String(b []byte) string { return string(b) }
