@@ -340,54 +340,6 @@ func rowMajorStrides(shape []int64) []int64 {
 	return s
 }
 
-// ParseSafetensorsPrefix parses a safetensors blob at the start of r whose
-// data section ends at its last tensor (bytes after it are allowed: in a
-// .distcp file other items may follow).
-func ParseSafetensorsPrefix(r io.ReaderAt, size int64, name string) (*STHeader, error) {
-	var lb [8]byte
-	if size < 8 {
-		return nil, fmt.Errorf("%s: %w: %d bytes, too short for a safetensors header", name, ErrCorrupt, size)
-	}
-	if _, err := r.ReadAt(lb[:], 0); err != nil {
-		return nil, err
-	}
-	n := int64(lb[0]) | int64(lb[1])<<8 | int64(lb[2])<<16 | int64(lb[3])<<24 | int64(lb[4])<<32 | int64(lb[5])<<40
-	if lb[6] != 0 || lb[7] != 0 || n > MaxHeaderSize {
-		return nil, fmt.Errorf("%s: %w: safetensors header length, limit %d", name, ErrLimit, MaxHeaderSize)
-	}
-	if n > size-8 {
-		return nil, fmt.Errorf("%s: %w: safetensors header of %d bytes past end of the %d bytes", name, ErrCorrupt, n, size)
-	}
-	hb := make([]byte, n)
-	if _, err := r.ReadAt(hb, 8); err != nil {
-		return nil, err
-	}
-	// find the data end first: parse with the whole remainder, then trim
-	h, err := parseSTHeaderBytes(hb, size, name)
-	if err == nil {
-		return h, nil
-	}
-	var end int64
-	var tmp map[string]json.RawMessage
-	if json.Unmarshal(hb, &tmp) == nil {
-		for k, v := range tmp {
-			if k == "__metadata__" {
-				continue
-			}
-			var e struct {
-				DataOffsets []int64 `json:"data_offsets"`
-			}
-			if json.Unmarshal(v, &e) == nil && len(e.DataOffsets) == 2 && e.DataOffsets[1] > end {
-				end = e.DataOffsets[1]
-			}
-		}
-	}
-	if end < 0 || end > size-8-n {
-		return nil, err
-	}
-	return parseSTHeaderBytes(hb, 8+n+end, name)
-}
-
 // stSavedOffsets returns a tensor's saved_offsets from DCP_SHARDING_INFO.
 func stSavedOffsets(h *STHeader, fqn string) ([]int64, bool) {
 	s, ok := h.Metadata["DCP_SHARDING_INFO"]

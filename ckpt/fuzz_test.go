@@ -62,16 +62,34 @@ func FuzzReadTensorBlob(f *testing.F) {
 	})
 }
 
-// FuzzSafetensorsHeader: the header parser never panics and accepted
-// headers tile the data section exactly.
+// FuzzSafetensorsHeader: the header parser never panics, accepted headers
+// tile the data section exactly, and the prefix mode (a blob followed by
+// other bytes) accepts what the whole-file mode accepts, with the same
+// tensors, and tiles its own data section.
 func FuzzSafetensorsHeader(f *testing.F) {
 	addFiles(f, filepath.Join(fixtureRoot, "*", "*", "expected.safetensors"), 3)
 	addFiles(f, filepath.Join(fixtureRoot, "hf-sharded-ws4", "shard-*.safetensors"), 2)
 	f.Add(stFile(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 1))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		p, perr := ParseSafetensorsPrefix(bytes.NewReader(data), int64(len(data)), "fuzz")
+		if perr == nil {
+			var at int64
+			for _, tt := range p.Tensors {
+				if tt.Begin != at {
+					t.Fatalf("prefix: hole or overlap at %d", at)
+				}
+				at = tt.End
+			}
+			if at != p.DataSize || p.DataOffset+p.DataSize > int64(len(data)) {
+				t.Fatalf("prefix: data ends at %d, section %d, %d bytes", at, p.DataSize, len(data))
+			}
+		}
 		h, err := ParseSafetensorsHeader(bytes.NewReader(data), int64(len(data)), "fuzz")
 		if err != nil {
 			return
+		}
+		if perr != nil || len(p.Tensors) != len(h.Tensors) || p.DataSize != h.DataSize {
+			t.Fatalf("whole file accepted, prefix: %v", perr)
 		}
 		var at int64
 		for _, tt := range h.Tensors {

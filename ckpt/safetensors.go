@@ -42,12 +42,26 @@ type STHeader struct {
 // shape and lies in the file, and the ranges tile the data section with no
 // hole and no overlap up to the end of the file.
 func ParseSafetensorsHeader(r io.ReaderAt, size int64, name string) (*STHeader, error) {
+	return parseSafetensors(r, size, name, false)
+}
+
+// ParseSafetensorsPrefix is ParseSafetensorsHeader for a safetensors blob
+// at the start of r whose data section ends at its last tensor: bytes after
+// it are allowed (in a .distcp file other items may follow).
+func ParseSafetensorsPrefix(r io.ReaderAt, size int64, name string) (*STHeader, error) {
+	return parseSafetensors(r, size, name, true)
+}
+
+// parseSafetensors is the one safetensors header parser: the 8-byte
+// length, the JSON, every entry; with prefix the data section ends at the
+// furthest data_offsets end, else at the end of the size bytes.
+func parseSafetensors(r io.ReaderAt, size int64, name string, prefix bool) (*STHeader, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
 	}
 	var lb [8]byte
 	if size < 8 {
-		return nil, bad("file is %d bytes, too short for a safetensors header", size)
+		return nil, bad("%d bytes, too short for a safetensors header", size)
 	}
 	if _, err := r.ReadAt(lb[:], 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -57,16 +71,16 @@ func ParseSafetensorsHeader(r io.ReaderAt, size int64, name string) (*STHeader, 
 		return nil, fmt.Errorf("%s: %w: safetensors header of %d bytes, limit %d", name, ErrLimit, n, MaxHeaderSize)
 	}
 	if n > uint64(size-8) {
-		return nil, bad("safetensors header of %d bytes past end of the %d-byte file", n, size)
+		return nil, bad("safetensors header of %d bytes past end of the %d bytes", n, size)
 	}
 	hb := make([]byte, n)
 	if _, err := r.ReadAt(hb, 8); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return parseSTHeaderBytes(hb, size, name)
+	return parseSTHeaderBytes(hb, size, name, prefix)
 }
 
-func parseSTHeaderBytes(hb []byte, size int64, name string) (*STHeader, error) {
+func parseSTHeaderBytes(hb []byte, size int64, name string, prefix bool) (*STHeader, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
 	}
@@ -85,6 +99,7 @@ func parseSTHeaderBytes(hb []byte, size int64, name string) (*STHeader, error) {
 		return nil, bad("safetensors header: data after the JSON object")
 	}
 	h := &STHeader{DataOffset: 8 + int64(len(hb)), DataSize: size - 8 - int64(len(hb))}
+	var end int64 // with prefix: the furthest data_offsets end
 	for k, v := range raw {
 		if k == "__metadata__" {
 			if err := json.Unmarshal(v, &h.Metadata); err != nil {
@@ -111,13 +126,21 @@ func parseSTHeaderBytes(hb []byte, size int64, name string) (*STHeader, error) {
 			return nil, bad("tensor %q: %v", k, err)
 		}
 		t := STTensor{Name: k, DType: d, Shape: e.Shape, Begin: e.DataOffsets[0], End: e.DataOffsets[1]}
-		if t.Begin < 0 || t.End < t.Begin || t.End > h.DataSize {
-			return nil, bad("tensor %q: data_offsets [%d, %d) outside the %d-byte data section", k, t.Begin, t.End, h.DataSize)
-		}
-		if want := numel(t.Shape) * int64(d.Size()); t.End-t.Begin != want {
-			return nil, bad("tensor %q: data_offsets [%d, %d) hold %d bytes, shape %s %s needs %d", k, t.Begin, t.End, t.End-t.Begin, fmtShape(t.Shape), d, want)
+		if prefix && t.End > end {
+			end = t.End
 		}
 		h.Tensors = append(h.Tensors, t)
+	}
+	if prefix && end <= h.DataSize {
+		h.DataSize = end // the data section ends at the last tensor; other bytes may follow
+	}
+	for _, t := range h.Tensors {
+		if t.Begin < 0 || t.End < t.Begin || t.End > h.DataSize {
+			return nil, bad("tensor %q: data_offsets [%d, %d) outside the %d-byte data section", t.Name, t.Begin, t.End, h.DataSize)
+		}
+		if want := numel(t.Shape) * int64(t.DType.Size()); t.End-t.Begin != want {
+			return nil, bad("tensor %q: data_offsets [%d, %d) hold %d bytes, shape %s %s needs %d", t.Name, t.Begin, t.End, t.End-t.Begin, fmtShape(t.Shape), t.DType, want)
+		}
 	}
 	sort.Slice(h.Tensors, func(i, j int) bool {
 		a, b := h.Tensors[i], h.Tensors[j]
