@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,6 +116,15 @@ func (t *Tokenizer) finish() {
 // Special returns the special tokens: from tokenizer_config.json when Load
 // found one, else what the post-processor adds.
 func (t *Tokenizer) Special() Special { return t.special }
+
+// PostProcessorIDs returns the ids the post-processor puts before and after
+// the ids of every text when AppendEncode is called with addSpecial
+// (Llama-3: [<|begin_of_text|>] and none): AppendEncode(dst, text, true) is
+// dst + prefix + AppendEncode(nil, text, false) + suffix. Special().AddBOS
+// and AddEOS report whether they are non-empty. The slices are copies.
+func (t *Tokenizer) PostProcessorIDs() (prefix, suffix []int32) {
+	return slices.Clone(t.prefix), slices.Clone(t.suffix)
+}
 
 // SHA256 returns the hex SHA-256 of the (decompressed) tokenizer.json bytes.
 func (t *Tokenizer) SHA256() string { return t.sha }

@@ -207,3 +207,32 @@ func TestSpecialFamilies(t *testing.T) {
 		t.Errorf("llama2: Token(1) = %q, want HF's \"▁<s>\"", tok)
 	}
 }
+
+// TestPostProcessorIDs checks that the ids PostProcessorIDs reports are what
+// AppendEncode adds around a text with addSpecial, and that Special agrees.
+func TestPostProcessorIDs(t *testing.T) {
+	for m, want := range map[string][2]int{"llama3.1": {1, 0}, "qwen2.5": {0, 0}, "llama2": {1, 0}, "phi3": {0, 0}} {
+		tok := loadModel(t, m)
+		pre, suf := tok.PostProcessorIDs()
+		if len(pre) != want[0] || len(suf) != want[1] {
+			t.Errorf("%s: PostProcessorIDs = %v, %v; want %d and %d ids", m, pre, suf, want[0], want[1])
+		}
+		if sp := tok.Special(); sp.AddBOS != (len(pre) > 0) || sp.AddEOS != (len(suf) > 0) || len(pre) == 1 && sp.BOSID != pre[0] {
+			t.Errorf("%s: Special %+v disagrees with PostProcessorIDs %v, %v", m, sp, pre, suf)
+		}
+		for _, text := range []string{"", "a", "Hello world<|eot_id|>"} {
+			got := tok.Encode(text, true)
+			exp := slices.Concat(pre, tok.Encode(text, false), suf)
+			if !slices.Equal(got, exp) {
+				t.Errorf("%s: Encode(%q, true) = %v, want %v", m, text, got, exp)
+			}
+		}
+		pre2, _ := tok.PostProcessorIDs()
+		if len(pre) > 0 {
+			pre[0] = -7
+			if pre2[0] == -7 {
+				t.Errorf("%s: PostProcessorIDs shares its slices", m)
+			}
+		}
+	}
+}
