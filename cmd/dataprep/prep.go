@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -289,8 +288,8 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	enc := newEncoder(tok, tmpl, sp, c)
-	if err := enc.checkTemplate(); err != nil {
+	enc, err := newEncoder(tok, tmpl, sp, c)
+	if err != nil {
 		return err
 	}
 	if len(res.Records) == 0 {
@@ -299,7 +298,7 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	tRead := time.Now()
 	prog.phase("tokenize", int64(len(res.Records)))
-	exs, st, err := enc.encodeAll(ctx, res, c.workers, prog)
+	exs, st, err := enc.EncodeRecords(ctx, res.Records, res.Samples, c.workers, func(n int) { prog.add(int64(n)) })
 	if err != nil {
 		return err
 	}
@@ -316,8 +315,8 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	stats := shard.Stats{
 		RecordsRead:      int64(len(res.Records)) + res.Skipped,
 		RecordsSkipped:   res.Skipped,
-		RecordsTruncated: st.truncated,
-		RecordsSplit:     st.split,
+		RecordsTruncated: st.Truncated,
+		RecordsSplit:     st.Split,
 		InputBytes:       res.RawBytes,
 	}
 	total := int64(c.ranks) * int64((src.NumRows()+c.ranks-1)/c.ranks)
@@ -404,7 +403,6 @@ type specials struct {
 	bos            *string
 	bosID          *int32
 	bosText        string // the text {bos} stands for in a template
-	prefix, suffix []int32
 	addBOS, addEOS bool
 }
 
@@ -449,24 +447,8 @@ func resolveSpecials(tok *tokenize.Tokenizer, c *prepConfig) (*specials, error) 
 			sp.bosID = &id
 		}
 	}
-	if !c.noSpecial {
-		// What the post-processor adds around a text: encode a probe with and
-		// without special tokens and find the plain ids inside.
-		plain := tok.Encode("a", false)
-		with := tok.Encode("a", true)
-		at := -1
-		for i := 0; i+len(plain) <= len(with); i++ {
-			if slices.Equal(with[i:i+len(plain)], plain) {
-				at = i
-				break
-			}
-		}
-		if at < 0 {
-			return nil, fmt.Errorf("tokenizer %s: cannot tell which special tokens its post-processor adds", c.tokenizer)
-		}
-		sp.prefix = slices.Clone(with[:at])
-		sp.suffix = slices.Clone(with[at+len(plain):])
-		sp.addBOS, sp.addEOS = len(sp.prefix) > 0, len(sp.suffix) > 0
+	if !c.noSpecial { // what the post-processor adds around every text
+		sp.addBOS, sp.addEOS = ts.AddBOS, ts.AddEOS
 	}
 	return sp, nil
 }
