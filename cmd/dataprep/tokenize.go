@@ -12,11 +12,12 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/internal/encode"
 	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/tokenize"
 )
@@ -68,7 +69,7 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 	fs.StringVar(&c.tokenizer, "tokenizer", "", "tokenizer.json, tokenizer.json.zst or a model `directory` (required)")
 	fs.BoolVar(&c.noSpecial, "no-special", false, "add_special_tokens=false: no BOS/EOS from the post-processor (added-token strings in the text are still matched)")
 	fs.IntVar(&c.threads, "threads", 0, "tokenizer goroutines (0 = all CPUs)")
-	fs.BoolVar(&c.alpaca, "alpaca", false, "input is Alpaca records (JSON array or JSONL with instruction/input/output), formatted as the seed workloads do")
+	fs.BoolVar(&c.alpaca, "alpaca", false, "input is Alpaca records (JSON array or JSONL with instruction/input/output), read and formatted with the seeds' template as dataprep does")
 	fs.StringVar(&c.eos, "eos", "", "with --alpaca: the `token` appended to each prompt (the seeds append tokenizer.eos_token)")
 	fs.IntVar(&c.maxLength, "max-length", 0, "truncate to `N` ids, the special tokens included (0 = no limit)")
 	fs.BoolVar(&c.pad, "pad", false, "with --max-length: pad on the right to N ids with --pad-token")
@@ -155,6 +156,13 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if threads == 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
+	enc, err := encode.New(tok, encode.Config{
+		BOS: tok.Special().BOS, EOS: c.eos, AddSpecial: !c.noSpecial,
+		MaxLen: c.maxLength, Pad: c.pad, PadID: padID,
+	})
+	if err != nil {
+		return fmt.Errorf("dataprep tokenize: %w", err)
+	}
 	name := c.input
 	var in io.Reader = stdin
 	if c.input != "" {
@@ -186,7 +194,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	loadS := time.Since(t0).Seconds()
 
-	p := &tokenizePass{tok: tok, cfg: c, padID: padID, threads: threads, name: name}
+	p := &tokenizePass{tok: tok, enc: enc, cfg: c, threads: threads, name: name}
 	t1 := time.Now()
 	if c.bench {
 		return p.bench(ctx, in, stdout)
@@ -196,9 +204,9 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		if err != nil {
 			return fmt.Errorf("dataprep tokenize: %s: %w", name, err)
 		}
-		texts, err := alpacaPrompts(data, name, c.eos)
+		texts, err := p.alpacaTexts(data)
 		if err != nil {
-			return fmt.Errorf("dataprep tokenize: %w", err)
+			return err
 		}
 		p.readS = time.Since(t1).Seconds()
 		if err := p.run(ctx, texts, nil, 1, bw); err != nil {
@@ -278,11 +286,14 @@ func readLineBatch(br *bufio.Reader, maxLines, maxBytes int) (lines [][]byte, n 
 	return lines, n, false, nil
 }
 
+// lineChunk is the number of lines a goroutine decodes or formats at a time.
+const lineChunk = 32
+
 // tokenizePass encodes batches of texts in parallel and writes their ids in order.
 type tokenizePass struct {
 	tok     *tokenize.Tokenizer
+	enc     *encode.Encoder
 	cfg     *tokenizeConfig
-	padID   int32
 	threads int
 	name    string
 
@@ -300,23 +311,17 @@ func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, 
 	if lines != nil {
 		n = len(lines)
 		var err error
-		if texts, err = p.decodeLines(lines, firstLine); err != nil {
+		if texts, err = p.decodeLines(ctx, lines, firstLine); err != nil {
 			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ids := make([][]int32, n)
 	start := time.Now()
-	p.parallel(n, func(i int, buf *[]int32) {
-		b := p.tok.AppendEncode(*buf, texts[i], !p.cfg.noSpecial)
-		b = p.truncatePad(b[len(*buf):])
-		ids[i] = b[:len(b):len(b)]
-		*buf = b[len(b):]
-	})
+	ids, err := p.enc.EncodeTexts(ctx, texts, p.threads)
 	p.encodeS.Add(int64(time.Since(start)))
-	if err := ctx.Err(); err != nil {
+	if err != nil {
 		return err
 	}
 	for i := range texts {
@@ -328,7 +333,14 @@ func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, 
 		return nil
 	}
 	out := make([][]byte, n)
-	p.parallel(n, func(i int, _ *[]int32) { out[i] = appendIDsLine(nil, ids[i]) })
+	if err := encode.Parallel(ctx, n, p.threads, lineChunk, func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			out[i] = appendIDsLine(nil, ids[i])
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	for _, b := range out {
 		if _, err := w.Write(b); err != nil {
 			return fmt.Errorf("dataprep tokenize: writing output: %w", err)
@@ -338,25 +350,33 @@ func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, 
 }
 
 // decodeLines decodes JSONL {"text": ...} lines in parallel.
-func (p *tokenizePass) decodeLines(lines [][]byte, firstLine int) ([]string, error) {
+func (p *tokenizePass) decodeLines(ctx context.Context, lines [][]byte, firstLine int) ([]string, error) {
 	texts := make([]string, len(lines))
 	errs := make([]error, len(lines))
-	p.parallel(len(lines), func(i int, _ *[]int32) {
-		var rec struct {
-			Text *string `json:"text"`
+	// Errors are kept by line, so that the first bad line is reported
+	// whatever the number of goroutines.
+	err := encode.Parallel(ctx, len(lines), p.threads, lineChunk, func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			var rec struct {
+				Text *string `json:"text"`
+			}
+			line := lines[i]
+			if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
+				line = []byte(tokenize.ValidUTF8(string(line)))
+			}
+			if err := json.Unmarshal(line, &rec); err != nil {
+				errs[i] = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
+			} else if rec.Text == nil {
+				errs[i] = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
+			} else {
+				texts[i] = *rec.Text
+			}
 		}
-		line := lines[i]
-		if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
-			line = []byte(tokenize.ValidUTF8(string(line)))
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			errs[i] = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
-		} else if rec.Text == nil {
-			errs[i] = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
-		} else {
-			texts[i] = *rec.Text
-		}
+		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("dataprep tokenize: %w", err)
@@ -375,7 +395,9 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 	}
 	var texts []string
 	if p.cfg.alpaca {
-		texts, err = alpacaPrompts(data, p.name, p.cfg.eos)
+		if texts, err = p.alpacaTexts(data); err != nil {
+			return err
+		}
 	} else {
 		lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
 		if len(data) == 0 {
@@ -384,7 +406,7 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 		for i := range lines {
 			lines[i] = bytes.TrimSuffix(lines[i], []byte("\r"))
 		}
-		texts, err = p.decodeLines(lines, 1)
+		texts, err = p.decodeLines(ctx, lines, 1)
 	}
 	if err != nil {
 		return fmt.Errorf("dataprep tokenize: %w", err)
@@ -421,68 +443,6 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 	return err
 }
 
-// parallel calls fn(i) for i in [0, n) on p.threads goroutines; buf is a
-// per-goroutine buffer fn may append ids to.
-func (p *tokenizePass) parallel(n int, fn func(i int, buf *[]int32)) {
-	const chunk = 32
-	var next atomic.Int64
-	work := func() {
-		buf := make([]int32, 0, 1<<16)
-		for {
-			lo := int(next.Add(chunk)) - chunk
-			if lo >= n {
-				return
-			}
-			for i := lo; i < min(lo+chunk, n); i++ {
-				if cap(buf)-len(buf) < 1<<12 {
-					buf = make([]int32, 0, 1<<16)
-				}
-				fn(i, &buf)
-			}
-		}
-	}
-	workers := min(p.threads, (n+chunk-1)/chunk)
-	if workers <= 1 {
-		work()
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(work)
-	}
-	wg.Wait()
-}
-
-// truncatePad applies --max-length (keeping the post-processor's special
-// tokens, as HF's truncation does) and --pad.
-func (p *tokenizePass) truncatePad(ids []int32) []int32 {
-	L := p.cfg.maxLength
-	if L == 0 {
-		return ids
-	}
-	if len(ids) > L {
-		sp := p.tok.Special()
-		head, tail := 0, 0
-		if !p.cfg.noSpecial {
-			if sp.AddBOS {
-				head = 1
-			}
-			if sp.AddEOS {
-				tail = 1
-			}
-		}
-		if head+tail >= L {
-			ids = append(ids[:0:0], ids[:L]...)
-		} else {
-			ids = append(ids[:L-tail], ids[len(ids)-tail:]...)
-		}
-	}
-	for p.cfg.pad && len(ids) < L {
-		ids = append(ids, p.padID)
-	}
-	return ids
-}
-
 // appendIDsLine appends {"ids":[...]}\n as JSON.stringify writes it.
 func appendIDsLine(b []byte, ids []int32) []byte {
 	b = append(b, `{"ids":[`...)
@@ -495,42 +455,20 @@ func appendIDsLine(b []byte, ids []int32) []byte {
 	return append(b, "]}\n"...)
 }
 
-// alpacaPrompts formats Alpaca records (a JSON array or JSON Lines) as the
-// seed workloads do.
-func alpacaPrompts(data []byte, name, eos string) ([]string, error) {
-	type record struct {
-		Instruction *string `json:"instruction"`
-		Input       string  `json:"input"`
-		Output      *string `json:"output"`
+// alpacaTexts reads Alpaca records (a JSON array or JSON Lines, as
+// internal/dataset reads them for dataprep) and formats them with the
+// seeds' template. Invalid UTF-8 is replaced first, as the reference tool's
+// decoder does; an input without records gives no texts.
+func (p *tokenizePass) alpacaTexts(data []byte) ([]string, error) {
+	if !utf8.Valid(data) {
+		data = []byte(tokenize.ValidUTF8(string(data)))
 	}
-	var recs []record
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		if err := json.Unmarshal(data, &recs); err != nil {
-			return nil, fmt.Errorf("%s: %v", name, err)
-		}
-	} else {
-		for i, line := range bytes.Split(data, []byte("\n")) {
-			if len(bytes.TrimSpace(line)) == 0 {
-				continue
-			}
-			var r record
-			if err := json.Unmarshal(line, &r); err != nil {
-				return nil, fmt.Errorf("%s: line %d: %v", name, i+1, err)
-			}
-			recs = append(recs, r)
-		}
+	res, err := dataset.Parse(p.name, data, dataset.Options{})
+	if errors.Is(err, dataset.ErrEmpty) {
+		return nil, nil
 	}
-	texts := make([]string, len(recs))
-	for i, r := range recs {
-		if r.Instruction == nil || r.Output == nil {
-			return nil, fmt.Errorf("%s: record %d: \"instruction\" and \"output\" must be strings", name, i)
-		}
-		s := "### Instruction:\n" + *r.Instruction + "\n\n"
-		if r.Input != "" {
-			s += "### Input:\n" + r.Input + "\n\n"
-		}
-		texts[i] = s + "### Response:\n" + *r.Output + eos
+	if err != nil {
+		return nil, fmt.Errorf("dataprep tokenize: %w", err)
 	}
-	return texts, nil
+	return p.enc.Texts(res.Records), nil
 }
