@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/dataset"
 )
 
 // alpacaPrompts returns the bundled Alpaca demo records formatted as the seed
@@ -16,17 +18,15 @@ func alpacaPrompts(t testing.TB, eos string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []struct{ Instruction, Input, Output string }
+	var recs []dataset.Record
 	if err := json.Unmarshal(data, &recs); err != nil {
 		t.Fatal(err)
 	}
+	tmpl := dataset.Alpaca()
 	out := make([]string, len(recs))
-	for i, r := range recs {
-		s := "### Instruction:\n" + r.Instruction + "\n\n"
-		if r.Input != "" {
-			s += "### Input:\n" + r.Input + "\n\n"
-		}
-		out[i] = s + "### Response:\n" + r.Output + eos
+	for i := range recs {
+		s, _ := tmpl.Append(nil, &recs[i], "", eos)
+		out[i] = string(s)
 	}
 	return out
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/internal/pyenv"
 	"github.com/ferryml/ferry/tokenize"
@@ -276,17 +277,15 @@ func alpacaTexts(eos string, mb float64) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var recs []struct{ Instruction, Input, Output string }
+	var recs []dataset.Record
 	if err := json.Unmarshal(b, &recs); err != nil {
 		return nil, err
 	}
+	tmpl := dataset.Alpaca()
 	var one []string
-	for _, r := range recs {
-		s := "### Instruction:\n" + r.Instruction + "\n\n"
-		if r.Input != "" {
-			s += "### Input:\n" + r.Input + "\n\n"
-		}
-		one = append(one, s+"### Response:\n"+r.Output+eos)
+	for i := range recs {
+		s, _ := tmpl.Append(nil, &recs[i], "", eos)
+		one = append(one, string(s))
 	}
 	var out []string
 	size := 0

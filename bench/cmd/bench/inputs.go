@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferryml/ferry/internal/dataset"
 )
 
 // tokenizerSpec is one of the seeds' tokenizers, with the EOS of the base
@@ -93,13 +95,13 @@ type record struct {
 	Output      string `json:"output"`
 }
 
-// format is the seeds' prompt (both seed workloads use this template).
+// alpaca is the seeds' prompt (both seed workloads use this template).
+var alpaca = dataset.Alpaca()
+
+// format formats r with the seeds' prompt.
 func (r record) format(eos string) string {
-	p := "### Instruction:\n" + r.Instruction + "\n\n"
-	if r.Input != "" {
-		p += "### Input:\n" + r.Input + "\n\n"
-	}
-	return p + "### Response:\n" + r.Output + eos
+	b, _ := alpaca.Append(nil, &dataset.Record{Instruction: r.Instruction, Input: r.Input, Output: r.Output}, "", eos)
+	return string(b)
 }
 
 // parseAlpaca reads a JSON array or JSON Lines of Alpaca records.
