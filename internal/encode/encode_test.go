@@ -51,10 +51,6 @@ func TestEncodeRecordsContract(t *testing.T) {
 			{EOS: "", MaxLen: 40},
 			{AddSpecial: true},
 		} {
-			var pre, suf []int32
-			if c.AddSpecial {
-				pre, suf = tok.PostProcessorIDs()
-			}
 			e, err := New(tok, c)
 			if err != nil {
 				t.Fatal(err)
@@ -63,36 +59,7 @@ func TestEncodeRecordsContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want []shard.Example
-			var wst Stats
-			for i := range recs {
-				text, pb := e.AppendText(nil, &recs[i])
-				ids := tok.Encode(string(text), c.AddSpecial)
-				prompt := 0
-				if c.MaskPrompt {
-					p := tok.Encode(string(text[:pb]), false)
-					body := ids[len(pre):]
-					for prompt < len(p) && prompt < len(body) && p[prompt] == body[prompt] {
-						prompt++
-					}
-					prompt += len(pre)
-				}
-				L := c.MaxLen
-				switch {
-				case L == 0 || len(ids) <= L:
-					want = append(want, shard.Example{Sample: int64(i), Tokens: ids, Prompt: prompt})
-				case !c.SplitLong:
-					wst.Truncated++
-					cut := slices.Concat(ids[:L-len(suf)], ids[len(ids)-len(suf):])
-					want = append(want, shard.Example{Sample: int64(i), Tokens: cut, Prompt: prompt})
-				default:
-					wst.Split++
-					for k := 0; k < len(ids); k += L {
-						end := min(k+L, len(ids))
-						want = append(want, shard.Example{Sample: int64(i), Tokens: ids[k:end], Prompt: min(max(prompt-k, 0), end-k)})
-					}
-				}
-			}
+			want, wst := reference(tok, e, c, recs)
 			if st != wst {
 				t.Errorf("%s %+v: stats %+v, want %+v", path, c, st, wst)
 			}
@@ -253,4 +220,81 @@ func TestParallel(t *testing.T) {
 	if !errors.Is(err, boom) || calls.Load() != 6 {
 		t.Errorf("Parallel: err %v after %d calls, want boom after 6", err, calls.Load())
 	}
+}
+
+// reference computes EncodeRecords' result from whole-text encodes, as the
+// package doc states it.
+func reference(tok *tokenize.Tokenizer, e *Encoder, c Config, recs []dataset.Record) ([]shard.Example, Stats) {
+	var pre, suf []int32
+	if c.AddSpecial {
+		pre, suf = tok.PostProcessorIDs()
+	}
+	var want []shard.Example
+	var wst Stats
+	for i := range recs {
+		text, pb := e.AppendText(nil, &recs[i])
+		ids := tok.Encode(string(text), c.AddSpecial)
+		prompt := 0
+		if c.MaskPrompt {
+			p := tok.Encode(string(text[:pb]), false)
+			body := ids[len(pre) : len(ids)-len(suf)]
+			for prompt < len(p) && prompt < len(body) && p[prompt] == body[prompt] {
+				prompt++
+			}
+			prompt += len(pre)
+		}
+		L := c.MaxLen
+		switch {
+		case L == 0 || len(ids) <= L:
+			want = append(want, shard.Example{Sample: int64(i), Tokens: ids, Prompt: prompt})
+		case !c.SplitLong:
+			wst.Truncated++
+			cut := slices.Concat(ids[:L-len(suf)], ids[len(ids)-len(suf):])
+			want = append(want, shard.Example{Sample: int64(i), Tokens: cut, Prompt: prompt})
+		default:
+			wst.Split++
+			for k := 0; k < len(ids); k += L {
+				end := min(k+L, len(ids))
+				want = append(want, shard.Example{Sample: int64(i), Tokens: ids[k:end], Prompt: min(max(prompt-k, 0), end-k)})
+			}
+		}
+	}
+	return want, wst
+}
+
+// FuzzEncodeRecords holds EncodeRecords to the reference on arbitrary
+// records and lengths.
+func FuzzEncodeRecords(f *testing.F) {
+	f.Add("Give three tips.", "", "1. Eat well.", uint8(16), true, true, true)
+	f.Add("Add.", "1 2", "3", uint8(40), false, false, true)
+	f.Add("", "", "", uint8(0), true, false, false)
+	f.Add("x y z", "<|bos|>", strings.Repeat("w ", 40), uint8(20), true, true, false)
+	tok := load(f, "tokenize/testdata/synthetic/gpt2")
+	f.Fuzz(func(t *testing.T, ins, in, out string, maxLen uint8, special, split, mask bool) {
+		c := Config{EOS: "<|eos|>", AddSpecial: special, MaxLen: int(maxLen), SplitLong: split && maxLen > 0, MaskPrompt: mask}
+		e, err := New(tok, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := []dataset.Record{{Instruction: ins, Input: in, Output: out}, {Instruction: out, Output: ins}}
+		exs, st, err := e.EncodeRecords(context.Background(), recs, nil, 2, nil)
+		if c.MaxLen > 0 && e.FixedLen() >= c.MaxLen {
+			if !errors.Is(err, ErrTooShort) {
+				t.Fatalf("FixedLen %d >= MaxLen %d: err %v, want ErrTooShort", e.FixedLen(), c.MaxLen, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wst := reference(tok, e, c, recs)
+		if st != wst || len(exs) != len(want) {
+			t.Fatalf("%+v: stats %+v and %d examples, want %+v and %d", c, st, len(exs), wst, len(want))
+		}
+		for i := range exs {
+			if exs[i].Sample != want[i].Sample || exs[i].Prompt != want[i].Prompt || !slices.Equal(exs[i].Tokens, want[i].Tokens) {
+				t.Fatalf("%+v: example %d = %+v, want %+v", c, i, exs[i], want[i])
+			}
+		}
+	})
 }
