@@ -16,6 +16,7 @@ type Special struct {
 	BOSID, EOSID, PadID int32
 	// AddBOS is true when the post-processor prepends tokens (Llama-3's
 	// <|begin_of_text|>) with addSpecial; AddEOS when it appends some.
+	// PostProcessorIDs returns those ids.
 	AddBOS bool
 	AddEOS bool
 }

@@ -12,7 +12,9 @@ import (
 var ErrTemplate = errors.New("dataset: invalid template")
 
 // AlpacaTemplate is the prompt of the seed workloads (and of Stanford
-// Alpaca without its preamble).
+// Alpaca without its preamble). It is the one copy in Go: dataprep (through
+// internal/encode), dataprep tokenize --alpaca and the benchmarks format
+// with Alpaca().
 const AlpacaTemplate = "### Instruction:\n{instruction}\n\n{?input}### Input:\n{input}\n\n{/input}### Response:\n{output}{eos}"
 
 // Template formats a record as training text.
