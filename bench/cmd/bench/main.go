@@ -44,6 +44,7 @@ type config struct {
 	work        string
 	results     string
 	python      string
+	anchors     string // scripts/setup-bench-deps' directory (MosaicML Streaming, LitData)
 	threads     int
 	list        bool
 	noCheck     bool
@@ -86,6 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.work, "work", "bench/work", "scratch `dir` for inputs and outputs (git-ignored)")
 	fs.StringVar(&c.results, "results", "", "`dir` for the JSON, report.md and chart.svg (default: bench/results for full, bench/work/results-quick for quick)")
 	fs.StringVar(&c.python, "python", pyenv.Path(), "`python` with tokenizers, transformers and torch for the anchors (default: $FERRY_PYTHON, else the venv scripts/setup-test-deps builds)")
+	fs.StringVar(&c.anchors, "anchors", defaultAnchors(), "`dir` where scripts/setup-bench-deps installed MosaicML Streaming and LitData (put on PYTHONPATH over -python's venv)")
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "the \"all threads\" count")
 	fs.StringVar(&c.binDir, "bin", "", "use the ferry binaries in this `dir` (e.g. bin after make build) instead of building them from the tree")
 	fs.BoolVar(&c.list, "list", false, "list the jobs and whether they can run, then exit")
@@ -255,6 +257,11 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 
 func sanitize(s string) string {
 	return regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(s, "_")
+}
+
+// defaultAnchors is $FERRY_CACHE/bench-anchors (default ~/.cache/ferry).
+func defaultAnchors() string {
+	return filepath.Join(envOr("FERRY_CACHE", filepath.Join(homeDir(), ".cache", "ferry")), "bench-anchors")
 }
 
 func envOr(k, def string) string {
