@@ -119,7 +119,9 @@ func seedPathJobs(e *env) ([]harness.Job, []string) {
 		Stdout: e.outPath("seed-path", "ferry")}
 	j.Anchor.Cmd = harness.Command{Argv: append([]string{e.c.python, seedPathPy, "seed", "--work", work + ".seed"}, args...),
 		Stdout: e.outPath("seed-path", "seed")}
-	j.Check = func() (string, error) { return checkSeedPath(e.outPath("seed-path", "ferry"), e.outPath("seed-path", "seed"), ranks) }
+	j.Check = func() (string, error) {
+		return checkSeedPath(e.outPath("seed-path", "ferry"), e.outPath("seed-path", "seed"), ranks)
+	}
 	return []harness.Job{j}, []string{fmt.Sprintf("seed path: %s; tokenizer testdata/tokenizers/llama3.1 with Llama-3.1-8B's special tokens; %d ranks", desc, ranks)}
 }
 
@@ -181,10 +183,10 @@ func feedAnchorJobs(e *env) ([]harness.Job, []string) {
 	for _, a := range anchors[:2] {
 		jobs = append(jobs, harness.Job{
 			Name: "feed conversion vs " + a.side, Group: "feed",
-			Metric: harness.Metric{Name: "wall_s", Unit: "s"},
-			Extra:  []harness.ExtraMetric{{Metric: harness.Metric{Name: "convert_s", Unit: "s"}}},
-			Ferry:  harness.Side{Label: "dataprep --mode pad --labels copy --ranks 1 --seq-len 1024"},
-			Anchor: harness.Side{Label: "HF tokenizers " + e.tools["tokenizers"] + " encode_batch (all threads, padding to 1024) + " + strings.SplitN(a.label, ":", 2)[0] + " " + map[string]string{"mosaic": "MDSWriter", "litdata": "optimize"}[a.side]},
+			Metric:   harness.Metric{Name: "wall_s", Unit: "s"},
+			Extra:    []harness.ExtraMetric{{Metric: harness.Metric{Name: "convert_s", Unit: "s"}}},
+			Ferry:    harness.Side{Label: "dataprep --mode pad --labels copy --ranks 1 --seq-len 1024"},
+			Anchor:   harness.Side{Label: "HF tokenizers " + e.tools["tokenizers"] + " encode_batch (all threads, padding to 1024) + " + strings.SplitN(a.label, ":", 2)[0] + " " + map[string]string{"mosaic": "MDSWriter", "litdata": "optimize"}[a.side]},
 			MaxPairs: map[string]int{"quick": 1, "full": 2}[e.c.mode],
 		})
 	}
