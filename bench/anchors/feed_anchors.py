@@ -19,6 +19,9 @@ convert  Alpaca records -> the side's format, timed whole (process start to
          64 MB chunks) over the same rows. dataloader has no format of its
          own (the seeds rebuild it in memory at every start).
 read     rank 0 of world 1, batch 4, drop_last, shuffle, num_workers=0:
+         ferry.Loader yields what the anchors yield: input_ids,
+         attention_mask, labels (num_items_in_batch=False; with it on,
+         its default, each batch costs a few µs more);
          first_batch_ms   constructing dataset + loader to holding batch 1;
          cpu_us_per_batch process CPU (all threads) per batch, batches
                           2..N+1;
@@ -138,7 +141,9 @@ def make_reader(a):
         import ferry
 
         def make():
-            return ferry.Loader(a.data, BATCH, rank=0, world_size=1, drop_last=True)
+            # the same batch as the anchors': input_ids, attention_mask,
+            # labels (num_items_in_batch, which they do not give, is off)
+            return ferry.Loader(a.data, BATCH, rank=0, world_size=1, drop_last=True, num_items_in_batch=False)
 
         def restore(state):
             ld = make()

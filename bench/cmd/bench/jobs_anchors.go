@@ -190,7 +190,7 @@ func feedAnchorJobs(e *env) ([]harness.Job, []string) {
 			Extra:    []harness.ExtraMetric{{Metric: harness.Metric{Name: "convert_s", Unit: "s"}}},
 			Ferry:    harness.Side{Label: "dataprep --mode pad --labels copy --ranks 1 --seq-len 1024"},
 			Anchor:   harness.Side{Label: "HF tokenizers " + e.tools["tokenizers"] + " encode_batch (all threads, padding to 1024) + " + strings.SplitN(a.label, ":", 2)[0] + " " + map[string]string{"mosaic": "MDSWriter", "litdata": "optimize"}[a.side]},
-			MaxPairs: map[string]int{"quick": 1, "full": 2}[e.c.mode],
+			MaxPairs: 1, // a conversion of the whole input is minutes on the anchors' side
 		})
 	}
 	why := e.torch()
