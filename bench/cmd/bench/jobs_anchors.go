@@ -70,6 +70,9 @@ func seedPathJobs(e *env) ([]harness.Job, []string) {
 	if e.c.mode == "quick" {
 		ranks, n = 2, 200
 	}
+	if e.c.seedRecords > 0 {
+		n = e.c.seedRecords
+	}
 	name := fmt.Sprintf("seed path %d ranks first batch", ranks)
 	key := func(k string) harness.ExtraMetric {
 		unit := map[string]string{"cpu_s": "s", "peak_node_rss_mb": "MB", "data_path_s_max": "s", "wall_s": "s"}[k]

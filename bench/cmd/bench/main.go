@@ -49,6 +49,7 @@ type config struct {
 	list        bool
 	noCheck     bool
 	storageSize string
+	seedRecords int // records for the seed path job (0 = all)
 	binDir      string // prebuilt ferry binaries; "" = build from the tree
 	stdout      io.Writer
 	stderr      io.Writer
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.anchors, "anchors", defaultAnchors(), "`dir` where scripts/setup-bench-deps installed MosaicML Streaming and LitData (put on PYTHONPATH over -python's venv)")
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "the \"all threads\" count")
 	fs.StringVar(&c.binDir, "bin", "", "use the ferry binaries in this `dir` (e.g. bin after make build) instead of building them from the tree")
+	fs.IntVar(&c.seedRecords, "seed-records", 0, "the seed path job uses the first `N` records only (default: quick 200, full all); 8 ranks of the seed tokenize every record each")
 	fs.BoolVar(&c.list, "list", false, "list the jobs and whether they can run, then exit")
 	fs.BoolVar(&c.noCheck, "no-check", false, "skip the output checks (identical token IDs, ...) that normally fail a job")
 	fs.StringVar(&c.storageSize, "storage-size", "", "object size for the storage jobs (default: 64MiB quick, 512MiB full)")
