@@ -192,6 +192,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			failed++
 		}
 		res.Jobs = append(res.Jobs, r)
+		// Write what is measured so far after every job: a long run that is
+		// interrupted keeps its finished jobs.
+		res.Finished = time.Now().UTC()
+		res.Machine.LoadAvgEnd = loadAvg()
+		if _, err := writeResults(c, res); err != nil {
+			return err
+		}
 	}
 	res.Finished = time.Now().UTC()
 	res.Machine.LoadAvgEnd = loadAvg()
