@@ -12,8 +12,8 @@ SIDE: ferry | mosaic | litdata | dataloader
 convert  Alpaca records -> the side's format, timed whole (process start to
          the last byte written):
          ferry: `dataprep --mode pad --labels copy --ranks 1 --seq-len 1024`;
-         mosaic: HF tokenizers encode_batch (all threads; truncation +
-         padding to 1024, the seeds' prompt) + streaming.MDSWriter
+         mosaic: HF tokenizers encode_batch (all threads, 4,096 texts a
+         call; truncation + padding to 1024, the seeds' prompt) + streaming.MDSWriter
          (columns input_ids, attention_mask, labels: ndarray:int32:1024);
          litdata: the same tokenization + litdata.optimize (one worker,
          64 MB chunks) over the same rows. dataloader has no format of its
@@ -77,9 +77,14 @@ def tokenize(a):
     pad = tok.token_to_id(a.eos)
     tok.enable_truncation(SEQ)
     tok.enable_padding(length=SEQ, pad_id=pad, pad_token=a.eos)
-    encs = tok.encode_batch(prompts(a.records, a.eos))
-    ids = np.array([e.ids for e in encs], dtype=np.int32)
-    mask = np.array([e.attention_mask for e in encs], dtype=np.int32)
+    texts = prompts(a.records, a.eos)
+    ids = np.empty((len(texts), SEQ), dtype=np.int32)
+    mask = np.empty((len(texts), SEQ), dtype=np.int32)
+    step = 4096  # bounded memory: 52k padded Encodings at once hold GBs
+    for lo in range(0, len(texts), step):
+        encs = tok.encode_batch(texts[lo:lo + step])
+        ids[lo:lo + len(encs)] = [e.ids for e in encs]
+        mask[lo:lo + len(encs)] = [e.attention_mask for e in encs]
     return ids, mask
 
 
