@@ -49,7 +49,7 @@ type config struct {
 	list        bool
 	noCheck     bool
 	storageSize string
-	seedRecords int // records for the seed path job (0 = all)
+	seedRecords int    // records for the seed path job (0 = all)
 	binDir      string // prebuilt ferry binaries; "" = build from the tree
 	stdout      io.Writer
 	stderr      io.Writer
