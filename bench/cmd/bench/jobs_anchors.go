@@ -12,6 +12,11 @@ import (
 	"github.com/ferryml/ferry/bench/internal/harness"
 )
 
+// Quick mode runs the new anchors' jobs as one pair without a warm-up:
+// each of their runs starts Python and imports torch (seconds of CPU on a
+// 2-core machine), the runs before them have already brought those files
+// into the page cache, and make bench-quick must stay under 5 minutes.
+// Full mode keeps the warm-up (but for the seed path: minutes per run).
 const (
 	seedPathPy    = "bench/anchors/seed_path.py"
 	feedAnchorsPy = "bench/anchors/feed_anchors.py"
@@ -92,7 +97,7 @@ func seedPathJobs(e *env) ([]harness.Job, []string) {
 		// dataprep jobs; every run starts with an empty datasets cache).
 		j.NoWarmup, j.MaxPairs = true, 1
 	} else {
-		j.MaxPairs = 1
+		j.NoWarmup, j.MaxPairs = true, 1 // quick: one pair, see quickOnePair
 	}
 	switch {
 	case e.torch() != "":
@@ -185,6 +190,7 @@ func feedAnchorJobs(e *env) ([]harness.Job, []string) {
 			// each run imports torch and the loader: one pair in quick mode,
 			// two in full (each run measures 2,000 batches inside)
 			MaxPairs: map[string]int{"quick": 1, "full": 2}[e.c.mode],
+			NoWarmup: e.c.mode == "quick",
 		})
 	}
 	for _, a := range anchors[:2] {
@@ -195,6 +201,7 @@ func feedAnchorJobs(e *env) ([]harness.Job, []string) {
 			Ferry:    harness.Side{Label: "dataprep --mode pad --labels copy --ranks 1 --seq-len 1024"},
 			Anchor:   harness.Side{Label: "HF tokenizers " + e.tools["tokenizers"] + " encode_batch (all threads, padding to 1024) + " + strings.SplitN(a.label, ":", 2)[0] + " " + map[string]string{"mosaic": "MDSWriter", "litdata": "optimize"}[a.side]},
 			MaxPairs: 1, // a conversion of the whole input is minutes on the anchors' side
+			NoWarmup: e.c.mode == "quick",
 		})
 	}
 	why := e.torch()
@@ -312,6 +319,7 @@ func transformersTokenizeJobs(e *env) ([]harness.Job, []string) {
 		// one pair after the warm-up: transformers' import alone is seconds
 		// (quick), and a call per row is minutes on the whole input (full)
 		MaxPairs: 1,
+		NoWarmup: e.c.mode == "quick",
 		Anchor:   harness.Side{Label: "transformers " + e.tools["transformers"] + " AutoTokenizer(text, truncation=True, max_length=1024, padding=\"max_length\") per row, as the seeds call it"},
 	}
 	dataprep, why := e.goBuild("cmd/dataprep")

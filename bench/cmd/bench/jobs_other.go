@@ -131,6 +131,7 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 	for i := range jobs {
 		if e.c.mode == "quick" && i < 3 {
 			jobs[i].MaxPairs = 1 // torch's import dominates the small checkpoint
+			jobs[i].NoWarmup = true
 		}
 		slug := slugify(jobs[i].Name)
 		jobs[i].Ferry.Cmd = harness.Command{Argv: []string{ckptmerge, ckpt, out("ferry")},
