@@ -2,7 +2,7 @@
 // side on this machine, and writes the results as JSON, a markdown report and
 // an SVG chart of the speed-ups.
 //
-//	go run ./bench/cmd/bench -mode quick      # CI-sized inputs, < 3 minutes on 2 cores
+//	go run ./bench/cmd/bench -mode quick      # CI-sized inputs, < 5 minutes on 2 idle cores
 //	go run ./bench/cmd/bench -mode full       # the full inputs (make bench)
 //	go run ./bench/cmd/bench -mode full -alpaca /data/alpaca_data.json -only 'dataprep'
 //
