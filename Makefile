@@ -100,11 +100,15 @@ DEMO_OUT ?= out/demo
 demo: build
 	scripts/demo "$(DEMO_OUT)"
 
+# The bench's own anchors (MosaicML Streaming, LitData: bench/requirements.lock)
+# are laid over the test venv in $(FERRY_CACHE)/bench-anchors.
 bench: build setup-test-deps install-python
-	$(GO) run ./bench/cmd/bench -mode full $(BENCH_ARGS)
+	scripts/setup-bench-deps >/dev/null
+	$(GO) run ./bench/cmd/bench -mode full -anchors $(FERRY_CACHE)/bench-anchors $(BENCH_ARGS)
 
 bench-quick: build setup-test-deps install-python
-	$(GO) run ./bench/cmd/bench -mode quick $(BENCH_ARGS)
+	scripts/setup-bench-deps >/dev/null
+	$(GO) run ./bench/cmd/bench -mode quick -anchors $(FERRY_CACHE)/bench-anchors $(BENCH_ARGS)
 
 clean:
 	rm -rf bin out dist

@@ -6,12 +6,19 @@ torch >= 2.4's own dcp.save, for ckptmerge against the torch 2.x anchors
 Usage
   python make_dcp_big_torch2.py OUTDIR [--layers 14] [--hidden 2048]
       [--intermediate 5632] [--vocab 32000] [--kv-dim 256] [--world-size 4]
+      [--hf-out DIR]
 
 HF-Llama shapes (defaults: hidden 2048, k/v 256, MLP
 5632, vocab 32000, untied lm_head; 14 layers = 1.5 GB), bf16, random
 values; WORLD_SIZE gloo processes on CPU each hold a DTensor Shard(0) of
 every tensor (what fully_shard gives) and save {"model": state_dict} with
 FileSystemWriter, one file per rank.
+
+--hf-out DIR also saves the same tensors (same values) through torch's
+HuggingFaceStorageWriter(save_distributed=True): per-rank sharded
+safetensors, the input of torch's own consolidation
+(torch.distributed.checkpoint._consolidate_hf_safetensors), which reads no
+.distcp files.
 """
 
 import argparse
@@ -40,7 +47,7 @@ def shapes(layers, h=2048, kv=256, inter=5632, vocab=32000):
     return s
 
 
-def worker(rank, ws, port, out, dims):
+def worker(rank, ws, port, out, dims, hf_out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), USE_LIBUV="0")
     dist.init_process_group("gloo", rank=rank, world_size=ws)
     mesh = init_device_mesh("cpu", (ws,))
@@ -53,6 +60,10 @@ def worker(rank, ws, port, out, dims):
         sd[name] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
                                       stride=torch.empty(shape, device="meta").stride())
     dcp.save({"model": sd}, storage_writer=dcp.FileSystemWriter(out))
+    if hf_out:
+        from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+        dcp.save(sd, storage_writer=HuggingFaceStorageWriter(hf_out, save_distributed=True))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -66,12 +77,13 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--kv-dim", type=int, default=256)
     ap.add_argument("--world-size", type=int, default=4)
+    ap.add_argument("--hf-out", help="also save the tensors as torch's sharded HF safetensors here")
     a = ap.parse_args()
     dims = dict(layers=a.layers, h=a.hidden, kv=a.kv_dim, inter=a.intermediate, vocab=a.vocab)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(a.world_size, port, a.out, dims), nprocs=a.world_size, join=True)
+    mp.spawn(worker, args=(a.world_size, port, a.out, dims, a.hf_out), nprocs=a.world_size, join=True)
 
 
 if __name__ == "__main__":

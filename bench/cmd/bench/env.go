@@ -34,10 +34,12 @@ func newEnv(ctx context.Context, c *config, logf func(string, ...any)) *env {
 	e.tools["python"] = firstLine(e.output(c.python, "--version"))
 	// The anchors' modules: tokenizers is imported (the tokenizer jobs run
 	// it), the others are looked up (a broken torch fails its jobs instead).
-	for k, v := range pythonVersions(e, "+tokenizers", "transformers", "torch", "+numpy") {
+	for k, v := range pythonVersions(e, "+tokenizers", "transformers", "torch", "+numpy", "accelerate", "datasets") {
 		e.tools[k] = v
 	}
+	e.streamingVersions()
 	e.tools["cp"] = firstLine(e.output("cp", "--version"))
+	e.tools["dd"] = firstLine(e.output("dd", "--version"))
 	e.tools["versitygw"] = versitygwVersion(e)
 	return e
 }
@@ -52,6 +54,26 @@ func (e *env) output(name string, args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// outputEnv is output with extra KEY=VALUE entries in the environment.
+func (e *env) outputEnv(extra []string, name string, args ...string) string {
+	out, _ := e.outputOK(extra, append([]string{name}, args...)...)
+	return strings.TrimSpace(out)
+}
+
+// outputOK runs argv (no time limit: conversions take minutes) with extra
+// environment entries and returns its combined output and whether it
+// exited 0.
+func (e *env) outputOK(extra []string, argv ...string) (string, bool) {
+	cmd := exec.CommandContext(e.ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), extra...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err == nil
+}
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

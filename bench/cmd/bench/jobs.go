@@ -25,8 +25,11 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 		inputs = append(inputs, in...)
 	}
 	add(tokenizerJobs(e))
+	add(transformersTokenizeJobs(e))
 	add(dataprepJobs(e))
+	add(seedPathJobs(e))
 	add(feedJobs(e))
+	add(feedAnchorJobs(e))
 	add(ckptJobs(e))
 	add(storageJobs(e))
 	return jobs, inputs

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/ferryml/ferry/bench/internal/harness"
@@ -76,49 +77,90 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// ckptJobs: ckptmerge vs the PyTorch way (DCP load_state_dict into full
-// tensors, then a safetensors file) and vs cp of the same bytes, on a
-// synthetic FSDP-style checkpoint made by bench/ckptbench.
+// ckptJobs: ckptmerge against what a torch 2.x user would run instead, on
+// one FSDP2-layout bf16 checkpoint written by torch's own dcp.save
+// (bench/ckptbench/make_dcp_big_torch2.py): torch's dcp_to_torch_save, the
+// real `accelerate merge-weights` CLI, torch's safetensors consolidation
+// (on the same tensors saved by HuggingFaceStorageWriter, the only input it
+// reads), cp -r + sync of the same bytes, and the disk's direct-write floor
+// (dd oflag=direct of as many bytes as ckptmerge writes). Every side puts
+// its output on the disk (fsync or sync) before it stops the clock.
 func ckptJobs(e *env) ([]harness.Job, []string) {
 	var inputs []string
 	merge := harness.Side{Label: "ferry ckptmerge"}
+	wall := harness.Metric{Name: "wall_s", Unit: "s"}
+	torchV, accV := e.tools["torch"], e.tools["accelerate"]
+	threads := strconv.Itoa(e.c.threads)
 	jobs := []harness.Job{
-		{Name: "ckptmerge vs torch", Group: "ckptmerge", Metric: harness.Metric{Name: "wall_s", Unit: "s"}, Ferry: merge,
-			Anchor: harness.Side{Label: "PyTorch " + e.tools["torch"] + " DCP _load_state_dict (no_dist, as accelerate merge-weights) + safetensors save_file"}},
-		{Name: "ckptmerge vs cp", Group: "ckptmerge", Metric: harness.Metric{Name: "wall_s", Unit: "s"}, Ferry: merge,
+		{Name: "ckptmerge vs torch dcp_to_torch_save", Group: "ckptmerge", Metric: wall, Ferry: merge,
+			Anchor: harness.Side{Label: "torch " + torchV + " torch.distributed.checkpoint.format_utils.dcp_to_torch_save (+ fsync)"}},
+		{Name: "ckptmerge vs accelerate merge-weights", Group: "ckptmerge", Metric: wall, Ferry: merge,
+			Anchor: harness.Side{Label: "accelerate " + accV + " `accelerate merge-weights` (torch " + torchV + ") + sync"}},
+		{Name: "ckptmerge vs torch consolidate_safetensors_files", Group: "ckptmerge", Metric: wall, Ferry: merge,
+			Anchor: harness.Side{Label: "torch " + torchV + " _consolidate_hf_safetensors.consolidate_safetensors_files, num_threads=" +
+				threads + " (" + threads + " output files), on HuggingFaceStorageWriter's sharded safetensors (+ fsync)"}},
+		{Name: "ckptmerge vs cp", Group: "ckptmerge", Metric: wall, Ferry: merge,
 			Anchor: harness.Side{Label: "cp -r of the checkpoint + sync of the copies"}},
+		{Name: "ckptmerge vs dd direct-write floor", Group: "ckptmerge", Metric: wall, Ferry: merge,
+			Anchor: harness.Side{Label: "dd if=/dev/zero bs=16M oflag=direct of the merged size (the disk's durable write floor)"}},
 	}
 	ckptmerge, why := e.goBuild("cmd/ckptmerge")
 	if why != "" {
 		return unavailable(jobs, why), nil
 	}
-	gen := ckptGenerator
 	if why := e.torch(); why != "" {
 		return unavailable(jobs, why), nil
+	}
+	accel := filepath.Join(filepath.Dir(e.c.python), "accelerate")
+	if accV == "" || !exists(accel) {
+		jobs[1].Unavailable = "accelerate is not installed next to " + e.c.python + " (scripts/setup-test-deps installs it)"
 	}
 	if e.c.list {
 		return jobs, nil // -list: do not spend minutes generating the checkpoint
 	}
-	ckpt, desc, err := e.checkpoint(gen)
+	ckpt, hf, desc, err := e.checkpoint(ckptGenerator)
 	if err != nil {
 		return unavailable(jobs, "generating the checkpoint: "+err.Error()), nil
 	}
 	inputs = append(inputs, "ckptmerge: "+desc)
 	out := func(side string) string { return filepath.Join(e.c.work, "out-"+e.c.mode, "ckpt."+side) }
 	rm := func(dir string) func() error { return func() error { return os.RemoveAll(dir) } }
+	mkdir := func(dir string) func() error {
+		return func() error { os.RemoveAll(dir); return os.MkdirAll(dir, 0o755) }
+	}
 	for i := range jobs {
+		if e.c.mode == "quick" && i < 3 {
+			jobs[i].MaxPairs = 1 // torch's import dominates the small checkpoint
+			jobs[i].NoWarmup = true
+		}
 		slug := slugify(jobs[i].Name)
 		jobs[i].Ferry.Cmd = harness.Command{Argv: []string{ckptmerge, ckpt, out("ferry")},
 			Stdout: e.outPath(slug, "ferry"), Before: rm(out("ferry"))}
 	}
+	py := "bench/anchors/torch2-consolidate.py"
 	jobs[0].Anchor.Cmd = harness.Command{
-		Argv:   []string{e.c.python, "bench/anchors/torch2-consolidate.py", "safetensors", ckpt, filepath.Join(out("torch"), "model.safetensors")},
-		Stdout: e.outPath(slugify(jobs[0].Name), "torch"), Before: func() error { os.RemoveAll(out("torch")); return os.MkdirAll(out("torch"), 0o755) },
+		Argv:   []string{e.c.python, py, "torch_save", ckpt, filepath.Join(out("torch-save"), "model.pt")},
+		Stdout: e.outPath(slugify(jobs[0].Name), "torch"), Before: mkdir(out("torch-save")),
 	}
-	jobs[0].Check = func() (string, error) { return compareSafetensors(out("ferry"), out("torch")) }
 	jobs[1].Anchor.Cmd = harness.Command{
+		Argv:   []string{"sh", "-c", `"$1" merge-weights "$2" "$3" && sync "$3"/*`, "sh", accel, ckpt, out("accelerate")},
+		Stdout: e.outPath(slugify(jobs[1].Name), "accelerate"), Before: rm(out("accelerate")),
+	}
+	jobs[1].Check = func() (string, error) { return compareSafetensors(out("ferry"), out("accelerate")) }
+	jobs[2].Anchor.Cmd = harness.Command{
+		Argv:   []string{e.c.python, py, "hf_consolidate", hf, out("torch-hf"), threads},
+		Stdout: e.outPath(slugify(jobs[2].Name), "torch"), Before: rm(out("torch-hf")),
+	}
+	jobs[2].Check = func() (string, error) { return compareSafetensors(out("ferry"), out("torch-hf")) }
+	jobs[3].Anchor.Cmd = harness.Command{
 		Argv:   []string{"sh", "-c", `cp -r "$1" "$2" && sync "$2"/*`, "sh", ckpt, out("cp")},
-		Stdout: e.outPath(slugify(jobs[1].Name), "cp"), Before: rm(out("cp")),
+		Stdout: e.outPath(slugify(jobs[3].Name), "cp"), Before: rm(out("cp")),
+	}
+	// The floor writes ckptmerge's output size, rounded up to 16 MiB blocks.
+	blocks := strconv.FormatInt((dirSize(ckpt)+16<<20-1)/(16<<20), 10)
+	jobs[4].Anchor.Cmd = harness.Command{
+		Argv:   []string{"dd", "if=/dev/zero", "of=" + out("dd"), "bs=16M", "count=" + blocks, "oflag=direct", "status=none"},
+		Stdout: e.outPath(slugify(jobs[4].Name), "dd"), Before: rm(out("dd")),
 	}
 	return jobs, inputs
 }
@@ -128,31 +170,54 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 const ckptGenerator = "bench/ckptbench/make_dcp_big_torch2.py"
 
 // checkpoint generates (once; it is kept in the work dir) a 4-rank bf16
-// checkpoint of a Llama-shaped model: ~75 MB in quick mode, ~1.5 GB full.
-func (e *env) checkpoint(gen string) (string, string, error) {
+// checkpoint of a Llama-shaped model, ~75 MB in quick mode, ~1.7 GB full,
+// and the same tensors as torch's sharded HF safetensors (the input of
+// torch's consolidation). It returns both directories and a description.
+func (e *env) checkpoint(gen string) (string, string, string, error) {
 	args := []string{"--layers", "16", "--hidden", "2048", "--intermediate", "5632", "--vocab", "32000", "--world-size", "4"}
 	if e.c.mode == "quick" {
 		args = []string{"--layers", "2", "--hidden", "512", "--intermediate", "1408", "--vocab", "32000", "--world-size", "4"}
 	}
 	dir := filepath.Join(e.c.work, "ckpt", slugify(strings.Join(args, " ")))
-	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
+	hf := dir + ".hf-sharded"
+	done := filepath.Join(dir, ".ferry-bench-complete")
+	if _, err := os.Stat(done); err != nil {
 		os.RemoveAll(dir)
-		e.logf("generating the checkpoint %s with %s", dir, gen)
-		out := e.output(e.c.python, append([]string{gen, dir}, args...)...)
+		os.RemoveAll(hf)
+		e.logf("generating the checkpoint %s (and %s) with %s", dir, hf, gen)
+		out := e.output(e.c.python, append([]string{gen, dir, "--hf-out", hf}, args...)...)
 		if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
-			return "", "", fmt.Errorf("%s %s wrote no .metadata (%s)", gen, strings.Join(args, " "), oneLine(out, 200))
+			return "", "", "", fmt.Errorf("%s %s wrote no .metadata (%s)", gen, strings.Join(args, " "), oneLine(out, 200))
+		}
+		if m, _ := filepath.Glob(filepath.Join(hf, "*.safetensors")); len(m) == 0 {
+			return "", "", "", fmt.Errorf("%s --hf-out %s wrote no .safetensors (%s)", gen, hf, oneLine(out, 200))
+		}
+		if err := os.WriteFile(done, nil, 0o644); err != nil {
+			return "", "", "", err
 		}
 	}
 	var n int
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			n++
+		}
+		return nil
+	})
+	return dir, hf, fmt.Sprintf("%s — %d files, %.0f MB, bf16, 4 ranks, FSDP2 layout (DTensor Shard(0)), torch %s dcp.save (%s %s); "+
+		"the same tensors as HuggingFaceStorageWriter(save_distributed=True) sharded safetensors in %s for torch's consolidation",
+		dir, n, float64(dirSize(dir))/1e6, e.tools["torch"], gen, strings.Join(args, " "), hf), nil
+}
+
+// dirSize is the total size of the regular files under dir.
+func dirSize(dir string) int64 {
 	var size int64
 	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
 		if err == nil && fi.Mode().IsRegular() {
-			n++
 			size += fi.Size()
 		}
 		return nil
 	})
-	return dir, fmt.Sprintf("%s — %d files, %.0f MB, bf16, 4 ranks (%s --big %s)", dir, n, float64(size)/1e6, gen, strings.Join(args, " ")), nil
+	return size
 }
 
 // storageJobs: upload and download through internal/storage vs plain

@@ -2,7 +2,7 @@
 // side on this machine, and writes the results as JSON, a markdown report and
 // an SVG chart of the speed-ups.
 //
-//	go run ./bench/cmd/bench -mode quick      # CI-sized inputs, < 3 minutes on 2 cores
+//	go run ./bench/cmd/bench -mode quick      # CI-sized inputs, < 5 minutes on 2 idle cores
 //	go run ./bench/cmd/bench -mode full       # the full inputs (make bench)
 //	go run ./bench/cmd/bench -mode full -alpaca /data/alpaca_data.json -only 'dataprep'
 //
@@ -44,10 +44,12 @@ type config struct {
 	work        string
 	results     string
 	python      string
+	anchors     string // scripts/setup-bench-deps' directory (MosaicML Streaming, LitData)
 	threads     int
 	list        bool
 	noCheck     bool
 	storageSize string
+	seedRecords int    // records for the seed path job (0 = all)
 	binDir      string // prebuilt ferry binaries; "" = build from the tree
 	stdout      io.Writer
 	stderr      io.Writer
@@ -86,8 +88,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.work, "work", "bench/work", "scratch `dir` for inputs and outputs (git-ignored)")
 	fs.StringVar(&c.results, "results", "", "`dir` for the JSON, report.md and chart.svg (default: bench/results for full, bench/work/results-quick for quick)")
 	fs.StringVar(&c.python, "python", pyenv.Path(), "`python` with tokenizers, transformers and torch for the anchors (default: $FERRY_PYTHON, else the venv scripts/setup-test-deps builds)")
+	fs.StringVar(&c.anchors, "anchors", defaultAnchors(), "`dir` where scripts/setup-bench-deps installed MosaicML Streaming and LitData (put on PYTHONPATH over -python's venv)")
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "the \"all threads\" count")
 	fs.StringVar(&c.binDir, "bin", "", "use the ferry binaries in this `dir` (e.g. bin after make build) instead of building them from the tree")
+	fs.IntVar(&c.seedRecords, "seed-records", 0, "the seed path job uses the first `N` records only (default: quick 200, full all); 8 ranks of the seed tokenize every record each")
 	fs.BoolVar(&c.list, "list", false, "list the jobs and whether they can run, then exit")
 	fs.BoolVar(&c.noCheck, "no-check", false, "skip the output checks (identical token IDs, ...) that normally fail a job")
 	fs.StringVar(&c.storageSize, "storage-size", "", "object size for the storage jobs (default: 64MiB quick, 512MiB full)")
@@ -188,6 +192,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			failed++
 		}
 		res.Jobs = append(res.Jobs, r)
+		// Write what is measured so far after every job: a long run that is
+		// interrupted keeps its finished jobs.
+		res.Finished = time.Now().UTC()
+		res.Machine.LoadAvgEnd = loadAvg()
+		if _, err := writeResults(c, res); err != nil {
+			return err
+		}
 	}
 	res.Finished = time.Now().UTC()
 	res.Machine.LoadAvgEnd = loadAvg()
@@ -255,6 +266,11 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 
 func sanitize(s string) string {
 	return regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(s, "_")
+}
+
+// defaultAnchors is $FERRY_CACHE/bench-anchors (default ~/.cache/ferry).
+func defaultAnchors() string {
+	return filepath.Join(envOr("FERRY_CACHE", filepath.Join(homeDir(), ".cache", "ferry")), "bench-anchors")
 }
 
 func envOr(k, def string) string {

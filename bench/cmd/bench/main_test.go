@@ -336,7 +336,9 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"dataprep qwen2.5 pack", "not available: dataprep has no", "ckptmerge vs cp",
-		"storage S3 upload 64MiB", "feed direct per batch"} {
+		"storage S3 upload 64MiB", "feed direct per batch", "seed path 2 ranks first batch", "feed vs mosaic per batch",
+		"feed vs litdata per batch", "feed conversion vs litdata", "tokenize qwen2.5 alpaca transformers per row",
+		"ckptmerge vs accelerate merge-weights", "ckptmerge vs torch consolidate_safetensors_files", "ckptmerge vs dd direct-write floor"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("-list lacks %q:\n%s", want, stdout.String())
 		}
@@ -352,6 +354,44 @@ func TestTrimToolName(t *testing.T) {
 	} {
 		if got := trimToolName(tt[0], tt[1]); got != tt[2] {
 			t.Errorf("trimToolName(%q, %q) = %q, want %q", tt[0], tt[1], got, tt[2])
+		}
+	}
+}
+
+// The new anchors' checks read both sides' bench lines and refuse
+// disagreeing counts.
+func TestAnchorChecks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, line string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("log line\n"+line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f := write("f", `{"bench": {"ranks": 8, "rows": 52002, "lines": 10, "tokens": 1000}}`)
+	same := write("same", `{"bench": {"ranks": 8, "rows": 52002, "lines": 10, "tokens": 1000}}`)
+	rows := write("rows", `{"bench": {"ranks": 8, "rows": 52001, "lines": 10, "tokens": 999}}`)
+	ranks := write("ranks", `{"bench": {"ranks": 2, "rows": 52002}}`)
+	none := write("none", `no bench line`)
+	for _, tt := range []struct {
+		name    string
+		check   func() (string, error)
+		wantErr bool
+	}{
+		{"seed path ok", func() (string, error) { return checkSeedPath(f, same, 8) }, false},
+		{"seed path rows differ", func() (string, error) { return checkSeedPath(f, rows, 8) }, true},
+		{"seed path ranks", func() (string, error) { return checkSeedPath(f, ranks, 8) }, true},
+		{"seed path no line", func() (string, error) { return checkSeedPath(f, none, 8) }, true},
+		{"convert ok", func() (string, error) { return checkConvert(f, same) }, false},
+		{"convert rows differ", func() (string, error) { return checkConvert(f, rows) }, true},
+		{"counts ok", func() (string, error) { return compareCounts(f, same) }, false},
+		{"counts differ", func() (string, error) { return compareCounts(f, rows) }, true},
+		{"counts missing file", func() (string, error) { return compareCounts(f, filepath.Join(dir, "nope")) }, true},
+	} {
+		msg, err := tt.check()
+		if (err != nil) != tt.wantErr {
+			t.Errorf("%s: %q, %v; want error %v", tt.name, msg, err, tt.wantErr)
 		}
 	}
 }

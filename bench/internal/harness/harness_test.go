@@ -672,3 +672,32 @@ func TestFormatValue(t *testing.T) {
 		}
 	}
 }
+
+// Every ratio is charted: a job's extra metrics get their own bars.
+func TestSVGExtraRows(t *testing.T) {
+	r := sampleResults()
+	r.Jobs = r.Jobs[:1]
+	r.Jobs[0].Extra = []Extra{
+		{Metric: Metric{Name: "resume_ms", Unit: "ms"}, Ratio: Summary{Median: 40, Min: 30, Max: 50}},
+		{Metric: Metric{Name: "not_both_sides", Unit: "ms"}}, // no ratio: no bar
+	}
+	var b bytes.Buffer
+	if err := r.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(b.Bytes(), new(struct{})); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	s := b.String()
+	if n := strings.Count(s, "<rect"); n != 1+2 {
+		t.Errorf("%d rects, want background + job + one extra", n)
+	}
+	for _, want := range []string{"└ resume_ms", "40.0× [30.0–50.0]"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "not_both_sides") {
+		t.Error("an extra without a ratio got a bar")
+	}
+}
