@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -260,25 +259,17 @@ func prepareOut(ctx context.Context, out string, force bool) error {
 	return nil
 }
 
-// writeFile writes rows rows (from next) as dir/name through a temporary
-// file, then maps it, checks it and returns its manifest entry.
+// writeFile writes rows rows (from next) as dir/name through a
+// storage.AtomicFile, maps the temporary file, checks it, and commits it
+// (fsync, rename, fsync of dir); it returns the file's manifest entry.
 func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, rows int,
 	next func(j int) (*Row, error), progress func(int)) (fe FileEntry, err error) {
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+name+".ferry-tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	a, err := storage.CreateAtomic(filepath.Join(dir, name), storage.WithOverwrite(true))
 	if err != nil {
 		return fe, fmt.Errorf("shard: %w", err)
 	}
-	done := false
-	defer func() {
-		if !done {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := newBufWriter(f)
+	defer a.Abort() // a no-op after Commit
+	bw := newBufWriter(a.File())
 	w, err := NewWriter(bw, meta, WithBatchRows(batchRows))
 	if err != nil {
 		return fe, err
@@ -310,10 +301,7 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 	if err := bw.flush(); err != nil {
 		return fe, fmt.Errorf("shard: %s: %w", name, err)
 	}
-	if err := storage.SyncFile(f); err != nil {
-		return fe, fmt.Errorf("shard: %s: %w", name, err)
-	}
-	r, err := Open(tmp)
+	r, err := Open(a.TempName())
 	if err != nil {
 		return fe, fmt.Errorf("shard: %s: written file does not read back: %w", name, err)
 	}
@@ -322,22 +310,13 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 	if fe.Rows != rows {
 		return fe, fmt.Errorf("shard: %s: wrote %d rows, read back %d", name, rows, fe.Rows)
 	}
-	if err := f.Close(); err != nil {
-		return fe, fmt.Errorf("shard: %s: %w", name, err)
-	}
-	done = true
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		os.Remove(tmp)
+	if err := a.Commit(ctx); err != nil {
+		if ctx.Err() != nil {
+			return fe, context.Cause(ctx)
+		}
 		return fe, fmt.Errorf("shard: %w", err)
 	}
-	return fe, syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	if err := storage.SyncDir(dir); err != nil {
-		return fmt.Errorf("shard: sync %s: %w", dir, err)
-	}
-	return nil
+	return fe, nil
 }
 
 func upload(ctx context.Context, local, loc string) error {

@@ -23,9 +23,12 @@
 // Parts carry a CRC-32C (x-amz-checksum-crc32c) that the server checks,
 // instead of a SHA-256 of the payload, which costs far more CPU.
 //
-// A local Writer's fsyncs (SyncFile, SyncDir, also used by the shard and
-// checkpoint writers) treat a file system without fsync (EINVAL, ENOTSUP,
-// ENOSYS: some FUSE and network mounts) as success.
+// The local column is AtomicFile, the one atomic local write of ferry:
+// the shard writer and the checkpoint merger's local outputs use it
+// directly (positioned writes, a read-back check or O_DIRECT descriptors
+// before Commit). Its fsyncs (SyncFile, SyncDir) treat a file system
+// without fsync (EINVAL, ENOTSUP, ENOSYS: some FUSE and network mounts)
+// as success.
 //
 // Until Commit returns nil nothing is visible at the location, and an
 // existing object there is untouched. A failed Write aborts the writer at

@@ -3,8 +3,6 @@ package storage
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 )
 
 // tempMarker is part of every temporary file name, so that List never
@@ -138,65 +134,25 @@ func removeLocal(ctx context.Context, path string) error {
 	return nil
 }
 
-// localWriter writes to a temporary file next to the target and renames it
-// into place on Commit, after fsync of the file; the directory is fsynced
-// after the rename. Bytes are written strictly in order (no seeks), which
+// localWriter writes through an AtomicFile (temporary file next to the
+// target, fsync, rename, fsync of the directory) with a write buffer and
+// context checks. Bytes are written strictly in order (no seeks), which
 // FUSE volumes that refuse random writes accept.
 type localWriter struct {
-	ctx    context.Context
-	path   string
-	tmp    string
-	f      *os.File
-	bw     *bufio.Writer
-	cfg    *config
-	mu     sync.Mutex // guards done against a concurrent Abort from a defer on another goroutine
-	done   bool       // committed or aborted: further calls are no-ops or ErrClosed
-	err    error      // sticky error of a failed Write
-	n      int64
-	commit bool
+	ctx  context.Context
+	path string
+	a    *AtomicFile
+	bw   *bufio.Writer
+	err  error // sticky error of a failed Write
+	n    int64
 }
 
 func createLocal(ctx context.Context, path string, cfg *config) (Writer, error) {
-	if path == "" {
-		return nil, fmt.Errorf("%w: empty path", ErrBadLocation)
-	}
-	dir, base := filepath.Split(filepath.Clean(path))
-	if dir == "" {
-		dir = "."
-	}
-	st, err := os.Stat(dir)
+	a, err := createAtomic(path, cfg)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, pathError("create", path, fmt.Errorf("parent directory %s does not exist: %w", dir, fs.ErrNotExist))
-		}
-		return nil, fmt.Errorf("storage: create %s: %w", path, err)
+		return nil, err
 	}
-	if !st.IsDir() {
-		return nil, pathError("create", path, fmt.Errorf("parent %s is not a directory", dir))
-	}
-	if tst, err := os.Stat(path); err == nil {
-		if tst.IsDir() {
-			return nil, pathError("create", path, errors.New("target is a directory"))
-		}
-		if !cfg.overwrite {
-			return nil, pathError("create", path, fs.ErrExist)
-		}
-	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+base+tempMarker+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, cfg.perm)
-	if err != nil {
-		return nil, fmt.Errorf("storage: create %s: %w", path, err)
-	}
-	return &localWriter{
-		ctx:  ctx,
-		path: path,
-		tmp:  tmp,
-		f:    f,
-		bw:   bufio.NewWriterSize(f, localBufSize),
-		cfg:  cfg,
-	}, nil
+	return &localWriter{ctx: ctx, path: path, a: a, bw: bufio.NewWriterSize(a.File(), localBufSize)}, nil
 }
 
 // copyChunk is how much ReadFrom copies between checks of the context.
@@ -215,7 +171,7 @@ func (w *localWriter) ReadFrom(r io.Reader) (int64, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	if w.done {
+	if w.closed() {
 		return 0, pathError("write", w.path, ErrClosed)
 	}
 	if err := w.bw.Flush(); err != nil {
@@ -228,7 +184,7 @@ func (w *localWriter) ReadFrom(r io.Reader) (int64, error) {
 			w.fail(pathError("write", w.path, err))
 			return total, w.err
 		}
-		n, err := w.f.ReadFrom(io.LimitReader(f, copyChunk))
+		n, err := w.a.File().ReadFrom(io.LimitReader(f, copyChunk))
 		total += n
 		w.n += n
 		if err != nil {
@@ -247,7 +203,7 @@ func (w *localWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	if w.done {
+	if w.closed() {
 		return 0, pathError("write", w.path, ErrClosed)
 	}
 	if err := w.ctx.Err(); err != nil {
@@ -263,125 +219,45 @@ func (w *localWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// unwrapPathErr drops the *fs.PathError naming the temporary file: the
-// user knows the target name, not ours.
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
+// closed reports whether the file was committed or aborted.
+func (w *localWriter) closed() bool {
+	w.a.mu.Lock()
+	defer w.a.mu.Unlock()
+	return w.a.done
 }
 
 // fail records err as sticky and discards the temporary file at once, so a
 // failed write never leaves bytes on a full disk.
 func (w *localWriter) fail(err error) {
 	w.err = err
-	w.discard()
-}
-
-func (w *localWriter) discard() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return
-	}
-	w.done = true
-	w.f.Close()
-	os.Remove(w.tmp)
+	w.a.Abort()
 }
 
 func (w *localWriter) Commit() error {
 	if w.err != nil {
 		return w.err
 	}
-	if w.done {
-		if w.commit {
-			return nil
-		}
-		return pathError("commit", w.path, ErrAborted)
-	}
-	err := w.commitLocked()
-	if err != nil {
+	if err := w.commit(); err != nil {
 		w.fail(err)
 		return err
 	}
 	return nil
 }
 
-func (w *localWriter) commitLocked() error {
+func (w *localWriter) commit() error {
+	if w.closed() {
+		return w.a.Commit(w.ctx) // nil after a Commit, ErrAborted after an Abort
+	}
 	if err := w.ctx.Err(); err != nil {
 		return pathError("commit", w.path, err)
 	}
 	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("storage: write %s (%d bytes written): %w", w.path, w.n, unwrapPathErr(err))
 	}
-	if err := SyncFile(w.f); err != nil {
-		return fmt.Errorf("storage: fsync %s: %w", w.path, unwrapPathErr(err))
-	}
-	if err := w.ctx.Err(); err != nil {
-		return pathError("commit", w.path, err)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return pathError("commit", w.path, ErrAborted)
-	}
-	if err := w.f.Close(); err != nil {
-		return fmt.Errorf("storage: close %s: %w", w.path, unwrapPathErr(err))
-	}
-	var err error
-	if w.cfg.overwrite {
-		err = os.Rename(w.tmp, w.path)
-	} else {
-		err = renameNoReplace(w.tmp, w.path)
-	}
-	if err != nil {
-		os.Remove(w.tmp)
-		w.done = true
-		if errors.Is(err, fs.ErrExist) {
-			return pathError("commit", w.path, fs.ErrExist)
-		}
-		return fmt.Errorf("storage: commit %s: %w", w.path, unwrapPathErr(err))
-	}
-	w.done, w.commit = true, true
-	if err := SyncDir(filepath.Dir(w.path)); err != nil {
-		return fmt.Errorf("storage: commit %s: fsync directory: %w", w.path, err)
-	}
-	return nil
+	return w.a.Commit(w.ctx)
 }
 
 func (w *localWriter) Abort() error {
-	w.discard()
-	return nil
-}
-
-// ignorableSyncErr reports whether fsync failed only because the file
-// system does not implement it (some FUSE and network file systems).
-func ignorableSyncErr(err error) bool {
-	return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.ENOSYS)
-}
-
-// SyncFile fsyncs f. A file system that does not implement fsync (some
-// FUSE and network file systems answer EINVAL, ENOTSUP or ENOSYS) is not
-// an error: there is nothing more to do for durability there.
-func SyncFile(f *os.File) error {
-	if err := f.Sync(); err != nil && !ignorableSyncErr(err) {
-		return err
-	}
-	return nil
-}
-
-// SyncDir fsyncs the directory dir, after a rename into it, with the
-// tolerance of SyncFile (FUSE mounts often refuse fsync of a directory).
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !ignorableSyncErr(err) && !errors.Is(err, syscall.EBADF) {
-		return err
-	}
+	w.a.Abort()
 	return nil
 }

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"io/fs"
+	"strings"
 )
 
 // Defaults of the tunable options.
@@ -35,6 +36,7 @@ type config struct {
 	parallelism int
 	overwrite   bool
 	perm        fs.FileMode
+	tempMarker  string
 	s3          *S3Config
 }
 
@@ -44,6 +46,7 @@ func newConfig(opts []Option) (*config, error) {
 		readChunk:   DefaultReadChunk,
 		parallelism: DefaultParallelism,
 		perm:        0o644,
+		tempMarker:  tempMarker,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -101,6 +104,21 @@ func WithPerm(perm fs.FileMode) Option {
 			return fmt.Errorf("%w: perm %v has non-permission bits", ErrBadOption, perm)
 		}
 		c.perm = perm
+		return nil
+	}
+}
+
+// WithTempMarker sets the string in the name of a local temporary file
+// between the target's name and a random suffix (default ".ferry-tmp-";
+// List skips names with the default). A caller that removes its own stale
+// temporaries by name chooses its marker. It must be a plain name part:
+// non-empty, without a path separator. Ignored for S3.
+func WithTempMarker(marker string) Option {
+	return func(c *config) error {
+		if marker == "" || strings.ContainsAny(marker, `/\`) {
+			return fmt.Errorf("%w: temp marker %q", ErrBadOption, marker)
+		}
+		c.tempMarker = marker
 		return nil
 	}
 }
