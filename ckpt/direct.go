@@ -128,7 +128,7 @@ func fillOut(bx box, dst []byte, sc *spanScratch) error {
 // commits): spans of BufferSize bytes, filled and written by workers in
 // parallel, each through dio (O_DIRECT) until the file system refuses one,
 // then buffered. It returns the write path used.
-func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File, name string, o *MergeOptions) (string, error) {
+func writeFileDirect(ctx context.Context, f *OutFile, lo LocalOutput, dio *os.File, name string, o *MergeOptions) (string, error) {
 	span := int64(max(o.BufferSize, directAlign)+directAlign-1) &^ (directAlign - 1)
 	// boxes much smaller than a span, so that the few straddling an edge
 	// (read twice) cost little
@@ -170,7 +170,7 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 				// truncated to its size afterwards
 				wn := (n + directAlign - 1) &^ (directAlign - 1)
 				clear(buf[n:wn])
-				if err := writeSpan(dio, lo.f, buf[:wn], s, &fellBack); err != nil {
+				if err := writeSpan(dio, lo.File(), buf[:wn], s, &fellBack); err != nil {
 					fail(fmt.Errorf("%s: write at byte %d: %w", name, s, err))
 					return
 				}
@@ -187,7 +187,7 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo *localOut, dio *os.File
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	if err := lo.f.Truncate(f.Size); err != nil {
+	if err := lo.File().Truncate(f.Size); err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	if fellBack.Load() {

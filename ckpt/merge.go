@@ -714,11 +714,11 @@ func writeFile(ctx context.Context, f *OutFile, sink Sink, o *MergeOptions) (pat
 			out.Abort()
 		}
 	}()
-	lo, _ := out.(*localOut)
-	sequential := lo != nil && (o.WriteMode == WriteSequential || o.WriteMode == WriteAuto && lo.fuse)
+	lo, _ := out.(LocalOutput)
+	sequential := lo != nil && (o.WriteMode == WriteSequential || o.WriteMode == WriteAuto && lo.OnFUSE())
 	var dio *os.File
 	if lo != nil && !sequential && !o.NoDirectIO {
-		dio = openDirect(lo.tmp)
+		dio = openDirect(lo.TempPath())
 	}
 	switch {
 	case sequential:
@@ -734,7 +734,7 @@ func writeFile(ctx context.Context, f *OutFile, sink Sink, o *MergeOptions) (pat
 	default:
 		path, err = IOStreamed, writeFileBuffered(ctx, f, out, sink, o)
 	}
-	if err != nil && lo != nil && lo.fuse && !sequential && ctx.Err() == nil {
+	if err != nil && lo != nil && lo.OnFUSE() && !sequential && ctx.Err() == nil {
 		err = fmt.Errorf("%w (%s is on a FUSE mount, where volumes backed by object stores refuse writes that are not at the end of the file, and write mode %s asked for positioned writes: use write mode sequential, or auto, which picks it there)", err, sink, o.WriteMode)
 	}
 	if err == nil {
@@ -807,8 +807,8 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 		g.Go(func() error {
 			var srcBuf, scratch []byte
 			var kc *kernelCopier
-			if lo, ok := out.(*localOut); ok && o.kernelCopy() {
-				kc = &kernelCopier{dstPath: lo.tmp}
+			if lo, ok := out.(LocalOutput); ok && o.kernelCopy() {
+				kc = &kernelCopier{dstPath: lo.TempPath()}
 				defer kc.close()
 			}
 			for j := range jobs {
@@ -818,7 +818,7 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 		})
 	}
 	// in-order writer (or error collector for positioned writes)
-	lo, _ := out.(*localOut)
+	lo, _ := out.(LocalOutput)
 	flushing := make(chan struct{}, 1) // holds a token while a background fsync runs
 	g.Go(func() error {
 		var written int64 = int64(len(f.Header))
@@ -844,7 +844,7 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 				flushed = written
 				select {
 				case flushing <- struct{}{}:
-					go func() { lo.f.Sync(); <-flushing }()
+					go func() { lo.File().Sync(); <-flushing }()
 				default:
 				}
 			}

@@ -2,8 +2,6 @@ package ckpt
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -41,16 +39,36 @@ type Sink interface {
 	String() string
 }
 
+// LocalOutput is implemented by an OutputFile that is a local file being
+// written. Merge asks for it (as io.Copy asks for io.WriterTo) and then
+// takes the local fast paths: positioned writes from several workers,
+// direct I/O through a second, O_DIRECT descriptor, in-kernel copies
+// (copy_file_range) and early writeback; on a FUSE mount WriteAuto
+// writes in order instead. Any Sink may return one; DirSink does.
+type LocalOutput interface {
+	OutputFile
+	io.WriterAt
+	// File is the open file being written, for Truncate and Sync; the
+	// caller does not close it.
+	File() *os.File
+	// TempPath names the file being written, for opening more
+	// descriptors on it before Commit.
+	TempPath() string
+	// OnFUSE reports whether the file is on a FUSE mount.
+	OnFUSE() bool
+}
+
 // tmpMarker is part of every temporary output name: a file with it is an
 // unfinished write and never a complete-looking output.
 const tmpMarker = ".ckptmerge-tmp-"
 
 // DirSink returns a Sink writing into a local directory (created if
-// missing). Files are written as hidden temporary files ("."+name+
-// ".ckptmerge-tmp-XXXX") with positioned writes from several goroutines
-// (or in order by one writer: MergeOptions.WriteMode, and on FUSE mounts),
-// fsynced, then renamed into place; the directory is fsynced after the
-// rename.
+// missing). Its files are LocalOutputs, each a storage.AtomicFile: a
+// hidden temporary file ("."+name+".ckptmerge-tmp-XXXX") written with
+// positioned writes from several goroutines (or in order by one writer:
+// MergeOptions.WriteMode, and on FUSE mounts), fsynced, then renamed into
+// place (without overwrite, never over a file that appeared meanwhile);
+// the directory is fsynced after the rename.
 func DirSink(dir string) Sink { return &dirSink{dir: dir} }
 
 type dirSink struct{ dir string }
@@ -84,82 +102,55 @@ func (d *dirSink) Create(_ context.Context, name string, size int64, overwrite b
 		return nil, err
 	}
 	final := filepath.Join(d.dir, name)
-	if !overwrite {
-		if _, err := os.Lstat(final); err == nil {
-			return nil, fmt.Errorf("%s: %w", final, ErrExists)
-		}
+	a, err := storage.CreateAtomic(final, storage.WithOverwrite(overwrite), storage.WithTempMarker(tmpMarker))
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%s: %w", final, ErrExists)
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(d.dir, "."+name+tmpMarker+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return &localOut{f: f, tmp: tmp, final: final, size: size, fuse: onFUSE(d.dir)}, nil
+	return &localOut{a: a, size: size, fuse: onFUSE(d.dir)}, nil
 }
 
+// localOut is DirSink's LocalOutput.
 type localOut struct {
-	f          *os.File
-	tmp, final string
-	size       int64
-	pos        int64
-	done       bool
-	fuse       bool // the directory is on a FUSE mount (WriteAuto writes in order)
+	a    *storage.AtomicFile
+	size int64 // planned size, checked by Commit; < 0: unknown
+	pos  int64
+	fuse bool // the directory is on a FUSE mount (WriteAuto writes in order)
 }
 
 func (o *localOut) Write(p []byte) (int, error) {
-	n, err := o.f.WriteAt(p, o.pos)
+	n, err := o.a.File().WriteAt(p, o.pos)
 	o.pos += int64(n)
 	return n, err
 }
 
-func (o *localOut) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }
+func (o *localOut) WriteAt(p []byte, off int64) (int, error) { return o.a.File().WriteAt(p, off) }
+func (o *localOut) File() *os.File                           { return o.a.File() }
+func (o *localOut) TempPath() string                         { return o.a.TempName() }
+func (o *localOut) OnFUSE() bool                             { return o.fuse }
 
+// Commit checks the planned size, then commits the AtomicFile.
 func (o *localOut) Commit() error {
-	if o.done {
-		return fmt.Errorf("%s: commit after close", o.final)
-	}
-	o.done = true
-	fail := func(err error) error {
-		o.f.Close()
-		os.Remove(o.tmp)
-		return fmt.Errorf("%s: %w", o.final, err)
-	}
 	if o.size >= 0 {
-		st, err := o.f.Stat()
+		st, err := o.a.File().Stat()
+		if err == nil && st.Size() != o.size {
+			err = fmt.Errorf("file is %d bytes, planned %d", st.Size(), o.size)
+		}
 		if err != nil {
-			return fail(err)
-		}
-		if st.Size() != o.size {
-			return fail(fmt.Errorf("file is %d bytes, planned %d", st.Size(), o.size))
+			o.a.Abort()
+			return fmt.Errorf("%s: %w", o.a.Name(), err)
 		}
 	}
-	if err := storage.SyncFile(o.f); err != nil {
-		return fail(err)
+	err := o.a.Commit(context.Background())
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s: %w", o.a.Name(), ErrExists)
 	}
-	if err := o.f.Close(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(o.tmp, o.final); err != nil {
-		os.Remove(o.tmp)
-		return fmt.Errorf("%s: %w", o.final, err)
-	}
-	if dir, err := os.Open(filepath.Dir(o.final)); err == nil {
-		dir.Sync()
-		dir.Close()
-	}
-	return nil
+	return err
 }
 
-func (o *localOut) Abort() error {
-	if o.done {
-		return nil
-	}
-	o.done = true
-	o.f.Close()
-	return os.Remove(o.tmp)
-}
+func (o *localOut) Abort() error { return o.a.Abort() }
 
 // StorageSink returns a Sink writing through internal/storage (an s3://
 // prefix or a local path): each file is streamed in order (S3: a
