@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Direct I/O: a local output file is assembled in aligned spans in user
@@ -78,13 +79,8 @@ func (l byOffset) Swap(i, j int) {
 	l.ends[i], l.ends[j] = l.ends[j], l.ends[i]
 }
 
-// spanScratch holds one worker's reusable buffers.
-type spanScratch struct {
-	box, src, strided []byte
-}
-
 // fill writes bytes [s, s+len(dst)) of the file into dst.
-func (l *spanLayout) fill(dst []byte, s int64, sc *spanScratch) error {
+func (l *spanLayout) fill(dst []byte, s int64, sc *fillScratch) error {
 	e := s + int64(len(dst))
 	if h := int64(len(l.f.Header)); s < h {
 		copy(dst, l.f.Header[s:min(e, h)])
@@ -109,21 +105,6 @@ func (l *spanLayout) fill(dst []byte, s int64, sc *spanScratch) error {
 	return nil
 }
 
-// fillOut writes the output bytes of bx (cast when the output dtype
-// differs) into dst.
-func fillOut(bx box, dst []byte, sc *spanScratch) error {
-	t := bx.t
-	if t.DType == t.Item.DType {
-		return fillBox(bx, dst, &sc.strided)
-	}
-	src := grow(&sc.src, bx.n*int64(t.Item.DType.Size()))
-	if err := fillBox(bx, src, &sc.strided); err != nil {
-		return err
-	}
-	castInto(dst, t.DType, src, t.Item.DType, int(bx.n))
-	return nil
-}
-
 // writeFileDirect writes f into the local temporary file of lo (the caller
 // commits): spans of BufferSize bytes, filled and written by workers in
 // parallel, each through dio (O_DIRECT) until the file system refuses one,
@@ -136,53 +117,40 @@ func writeFileDirect(ctx context.Context, f *OutFile, lo LocalOutput, dio *os.Fi
 	nspans := (f.Size + span - 1) / span
 	var next atomic.Int64
 	var fellBack atomic.Bool
-	var firstErr error
-	var errOnce sync.Once
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel() })
-	}
-	var wg sync.WaitGroup
-	for w := 0; w < o.Parallelism; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	g, gctx := errgroup.WithContext(ctx)
+	for range o.Parallelism {
+		g.Go(func() error {
 			buf, err := spanBuf(int(span))
 			if err != nil {
-				fail(fmt.Errorf("%s: span buffer: %w", name, err))
-				return
+				return fmt.Errorf("%s: span buffer: %w", name, err)
 			}
 			defer freeSpanBuf(buf)
-			var sc spanScratch
+			var sc fillScratch
 			for {
 				i := next.Add(1) - 1
-				if i >= nspans || ctx.Err() != nil {
-					return
+				if i >= nspans || gctx.Err() != nil {
+					return nil
 				}
 				s := i * span
 				n := min(span, f.Size-s)
 				if err := layout.fill(buf[:n], s, &sc); err != nil {
-					fail(fmt.Errorf("%s: %w", name, err))
-					return
+					return fmt.Errorf("%s: %w", name, err)
 				}
 				// the last span is written whole (zero tail); the file is
 				// truncated to its size afterwards
 				wn := (n + directAlign - 1) &^ (directAlign - 1)
 				clear(buf[n:wn])
 				if err := writeSpan(dio, lo.File(), buf[:wn], s, &fellBack); err != nil {
-					fail(fmt.Errorf("%s: write at byte %d: %w", name, s, err))
-					return
+					return fmt.Errorf("%s: write at byte %d: %w", name, s, err)
 				}
 				if o.OnProgress != nil {
 					o.OnProgress(n)
 				}
 			}
-		}()
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return "", firstErr
+	if err := g.Wait(); err != nil {
+		return "", err
 	}
 	if err := ctx.Err(); err != nil {
 		return "", err

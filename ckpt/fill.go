@@ -10,6 +10,28 @@ import (
 // dtype differs. Every write path (buffered, sequential, streamed, direct)
 // and Verify get their bytes from fillOut.
 
+// fillScratch holds one worker's reusable buffers for fillOut.
+type fillScratch struct {
+	box     []byte // a whole box straddling a direct-I/O span's edge
+	src     []byte // source-dtype bytes before a cast
+	strided []byte // a chunk piece with partial trailing dimensions
+}
+
+// fillOut writes the output bytes of bx (cast when the output dtype
+// differs) into dst.
+func fillOut(bx box, dst []byte, sc *fillScratch) error {
+	t := bx.t
+	if t.DType == t.Item.DType {
+		return fillBox(bx, dst, &sc.strided)
+	}
+	src := grow(&sc.src, bx.n*int64(t.Item.DType.Size()))
+	if err := fillBox(bx, src, &sc.strided); err != nil {
+		return err
+	}
+	castInto(dst, t.DType, src, t.Item.DType, int(bx.n))
+	return nil
+}
+
 // box is one unit of copy work: a row-major contiguous region of an output
 // tensor. Dimensions before k are fixed at prefix, dimension k spans
 // [a, b), dimensions after k are complete.

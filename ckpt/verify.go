@@ -64,22 +64,17 @@ func Verify(ctx context.Context, ck *Checkpoint, p *Plan, out Source, parallelis
 	for _, t := range ts {
 		g.Go(func() error {
 			h := sha256.New()
-			var src, cast, got, scratch []byte
+			var sc fillScratch
+			var wantBuf, got []byte
 			f := files[t.File]
-			srcIsz := int64(t.Item.DType.Size())
-			maxElems := int64(bufSize) / max(srcIsz, int64(t.DType.Size()))
+			maxElems := int64(bufSize) / int64(max(t.Item.DType.Size(), t.DType.Size()))
 			err := forBoxes(t, max(maxElems, 1), func(bx box) error {
 				if err := gctx.Err(); err != nil {
 					return err
 				}
-				in := grow(&src, bx.n*srcIsz)
-				if err := fillBox(bx, in, &scratch); err != nil {
+				want := grow(&wantBuf, bx.n*int64(t.DType.Size()))
+				if err := fillOut(bx, want, &sc); err != nil {
 					return err
-				}
-				want := in
-				if t.DType != t.Item.DType {
-					want = grow(&cast, bx.n*int64(t.DType.Size()))
-					castInto(want, t.DType, in, t.Item.DType, int(bx.n))
 				}
 				have := grow(&got, int64(len(want)))
 				if _, err := f.ReadAt(have, bx.off); err != nil && !errors.Is(err, io.EOF) {

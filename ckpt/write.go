@@ -119,14 +119,14 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 	})
 	for w := 0; w < workers; w++ {
 		g.Go(func() error {
-			var srcBuf, scratch []byte
+			var sc fillScratch
 			var kc *kernelCopier
 			if lo, ok := out.(LocalOutput); ok && o.kernelCopy() {
 				kc = &kernelCopier{dstPath: lo.TempPath()}
 				defer kc.close()
 			}
 			for j := range jobs {
-				j.done <- runJob(gctx, j, pool, &srcBuf, &scratch, wa, kc)
+				j.done <- runJob(gctx, j, pool, &sc, wa, kc)
 			}
 			return nil
 		})
@@ -177,7 +177,7 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 	return err
 }
 
-func runJob(ctx context.Context, j *copyJob, pool chan []byte, srcBuf, scratch *[]byte, wa io.WriterAt, kc *kernelCopier) error {
+func runJob(ctx context.Context, j *copyJob, pool chan []byte, sc *fillScratch, wa io.WriterAt, kc *kernelCopier) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -196,27 +196,10 @@ func runJob(ctx context.Context, j *copyJob, pool chan []byte, srcBuf, scratch *
 		return nil
 	}
 	bx := j.bx
-	t := bx.t
-	outLen := bx.n * int64(t.DType.Size())
-	if int64(cap(buf)) < outLen {
-		buf = make([]byte, outLen)
-	}
-	buf = buf[:outLen]
+	buf = grow(&buf, bx.n*int64(bx.t.DType.Size()))
 	j.buf = buf
-	if t.DType == t.Item.DType {
-		if err := fillBox(bx, buf, scratch); err != nil {
-			return err
-		}
-	} else {
-		inLen := bx.n * int64(t.Item.DType.Size())
-		if int64(cap(*srcBuf)) < inLen {
-			*srcBuf = make([]byte, inLen)
-		}
-		src := (*srcBuf)[:inLen]
-		if err := fillBox(bx, src, scratch); err != nil {
-			return err
-		}
-		castInto(buf, t.DType, src, t.Item.DType, int(bx.n))
+	if err := fillOut(bx, buf, sc); err != nil {
+		return err
 	}
 	if wa != nil {
 		if _, err := wa.WriteAt(buf, bx.off); err != nil {
