@@ -1,6 +1,7 @@
 package procstat
 
 import (
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -42,5 +43,24 @@ func TestCPUSecondsAdvances(t *testing.T) {
 	}
 	if x == 0 {
 		t.Log(x) // keeps the busy loop from being optimized away
+	}
+}
+
+func TestParseVmHWM(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"Name:\tx\nVmPeak:\t  10 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1 kB\n", 2048 << 10},
+		{"VmHWM:\t12 MB\n", 0},
+		{"Name:\tx\n", 0},
+		{"", 0},
+	} {
+		if got := parseVmHWM(c.in); got != c.want {
+			t.Errorf("parseVmHWM(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	if runtime.GOOS == "linux" && PeakRSS() <= 0 {
+		t.Error("PeakRSS() <= 0 on Linux")
 	}
 }
