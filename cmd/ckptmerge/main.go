@@ -16,48 +16,39 @@ import (
 	"io"
 	"os"
 
-	"github.com/ferryml/ferry/internal/storage"
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/version"
 )
 
-func main() {
-	ctx, stop := storage.SignalContext(context.Background())
-	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if code != 0 && storage.Interrupted(ctx) {
-		code = 130
-	}
-	os.Exit(code)
+// errUsage marks a command-line mistake (exit status 2).
+var errUsage = cli.Usage(errors.New("usage"))
+
+func main() { cli.Main(dispatch, report.Code) }
+
+var report = cli.Report{
+	Usage: func(w io.Writer, err error) {
+		fmt.Fprintf(w, "ckptmerge: %v\n", err)
+		fmt.Fprintln(w, "run 'ckptmerge --help' for usage")
+	},
+	Interrupted: func(ctx context.Context, err error) bool {
+		return err != nil && (cli.Interrupted(ctx) || errors.Is(err, context.Canceled))
+	},
+	Interrupt: "ckptmerge: interrupted; nothing was left under the output names",
+	Error:     func(w io.Writer, err error) { fmt.Fprintf(w, "ckptmerge: %v\n", err) },
 }
 
-// errUsage marks a command-line mistake (exit status 2).
-var errUsage = errors.New("usage")
-
-func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func dispatch(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if version.Requested(args) {
-		fmt.Fprintln(stdout, version.String("ckptmerge"))
-		return 0
+		_, err := fmt.Fprintln(stdout, version.String("ckptmerge"))
+		return err
 	}
-	var err error
 	if len(args) > 0 && args[0] == "inspect" {
-		err = inspectMain(ctx, args[1:], stdout, stderr)
-	} else {
-		err = mergeMain(ctx, args, stdout, stderr)
+		return inspectMain(ctx, args[1:], stdout, stderr)
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "ckptmerge: %v\n", err)
-		fmt.Fprintln(stderr, "run 'ckptmerge --help' for usage")
-		return 2
-	case storage.Interrupted(ctx) || errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "ckptmerge: interrupted; nothing was left under the output names")
-		return 130
-	default:
-		fmt.Fprintf(stderr, "ckptmerge: %v\n", err)
-		return 1
-	}
+	return mergeMain(ctx, args, stdout, stderr)
+}
+
+// runMain runs ckptmerge with args and returns its exit status.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return report.Code(ctx, dispatch(ctx, args, os.Stdin, stdout, stderr), stderr)
 }

@@ -19,11 +19,9 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/ckpt"
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/storage"
-	"golang.org/x/term"
 )
-
-var errHelp = errors.New("help shown")
 
 const mergeUsage = `Usage: ckptmerge [flags] CKPT OUT
        ckptmerge inspect [--json] CKPT
@@ -80,7 +78,6 @@ type mergeConfig struct {
 	noKernelCopy     bool
 	noDirectIO       bool
 	writeMode        string
-	progress         bool // set from the terminal check
 }
 
 func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -118,9 +115,6 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := ckpt.ParseWriteMode(c.writeMode); err != nil {
 		return fmt.Errorf("%w: --write-mode: %v", errUsage, err)
 	}
-	if f, ok := stderr.(*os.File); ok && !c.quiet && !c.jsonOut {
-		c.progress = term.IsTerminal(int(f.Fd()))
-	}
 	return runMerge(ctx, c, stdout, stderr)
 }
 
@@ -131,7 +125,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, errHelp
+				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
@@ -204,11 +198,16 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 	for _, f := range plan.Files {
 		total += f.Size
 	}
+	// a progress line on a terminal only (off one, the summary suffices)
 	var done atomic.Int64
-	stopProgress := func() {}
-	if c.progress {
+	start := time.Now()
+	prog := cli.NewProgress(stderr, c.quiet || c.jsonOut, 0, func() string {
+		d := done.Load()
+		el := time.Since(start).Seconds()
+		return fmt.Sprintf("merging: %s / %s (%d%%) %s/s", human(d), human(total), d*100/max(total, 1), human(int64(float64(d)/max(el, 1e-9))))
+	})
+	if prog.Active() {
 		mo.OnProgress = func(n int64) { done.Add(n) }
-		stopProgress = startProgress(stderr, &done, total)
 	}
 	var sink ckpt.Sink
 	if storage.IsS3(c.out) {
@@ -217,7 +216,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 		sink = ckpt.DirSink(c.out)
 	}
 	res, err := ckpt.Merge(ctx, ck, plan, sink, mo)
-	stopProgress()
+	prog.Stop()
 	if err != nil {
 		return err
 	}
@@ -229,7 +228,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 			Format string `json:"format"`
 			*ckpt.Result
 			PeakRSS int64 `json:"peak_rss_bytes,omitempty"`
-		}{dir, ck.Format, res, peakRSS()})
+		}{dir, ck.Format, res, cli.PeakRSS()})
 	}
 	if !c.quiet {
 		printSummary(stderr, dir, res, total)
@@ -277,26 +276,6 @@ func printSummary(w io.Writer, dir string, res *ckpt.Result, total int64) {
 	fmt.Fprintf(w, "ckptmerge: wrote %s\n", strings.Join(names, ", "))
 }
 
-// peakRSS returns this process's peak resident set size (VmHWM of
-// /proc/self/status), or 0 where it is not available. Unlike ru_maxrss it
-// does not include the parent's memory image from before exec.
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n << 10
-			}
-		}
-	}
-	return 0
-}
-
 func human(n int64) string {
 	f := float64(n)
 	for _, u := range []string{"B", "kB", "MB", "GB", "TB"} {
@@ -309,29 +288,6 @@ func human(n int64) string {
 		f /= 1000
 	}
 	return ""
-}
-
-func startProgress(w io.Writer, done *atomic.Int64, total int64) func() {
-	stop := make(chan struct{})
-	finished := make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				fmt.Fprint(w, "\r\033[K")
-				return
-			case <-t.C:
-				d := done.Load()
-				el := time.Since(start).Seconds()
-				fmt.Fprintf(w, "\r\033[Kmerging: %s / %s (%d%%) %s/s", human(d), human(total), d*100/max(total, 1), human(int64(float64(d)/max(el, 1e-9))))
-			}
-		}
-	}()
-	return func() { close(stop); <-finished }
 }
 
 func sourceFor(loc string) ckpt.Source {

@@ -13,44 +13,38 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
-	"github.com/ferryml/ferry/internal/storage"
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/version"
 )
 
-// errUsage marks a command-line error (exit status 2).
-var errUsage = errors.New("bad usage")
+// errUsage marks a command-line error (exit status 2); the subcommand has
+// printed the message.
+var errUsage = cli.ErrUsage
 
-func main() {
-	ctx, stop := storage.SignalContext(context.Background())
-	err := dispatch(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(exitCode(ctx, err, os.Stderr))
+func main() { cli.Main(dispatch, exitCode) }
+
+// report: usage errors are printed where they are found (with the usage),
+// so exitCode prints none.
+var report = cli.Report{
+	Interrupt: "dataprep: interrupted; no result was written",
+	Error: func(w io.Writer, err error) {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "dataprep") {
+			msg = "dataprep: " + msg
+		}
+		fmt.Fprintln(w, msg)
+	},
 }
 
 func exitCode(ctx context.Context, err error, stderr io.Writer) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage), errors.Is(err, errTokenizeUsage):
-		return 2
-	case errors.Is(context.Cause(ctx), storage.ErrInterrupted) || errors.Is(err, storage.ErrInterrupted):
-		fmt.Fprintln(stderr, "dataprep: interrupted; no result was written")
-		return 130
+	if errors.Is(err, errTokenizeUsage) {
+		err = fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "dataprep") {
-		msg = "dataprep: " + msg
-	}
-	fmt.Fprintln(stderr, msg)
-	return 1
+	return report.Code(ctx, err, stderr)
 }
 
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {

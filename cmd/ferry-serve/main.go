@@ -11,12 +11,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/version"
 	"github.com/ferryml/ferry/serve"
 )
@@ -45,46 +44,37 @@ type config struct {
 	Quiet  bool
 }
 
-func main() {
-	if version.Requested(os.Args[1:]) {
-		fmt.Println(version.String("ferry-serve"))
-		return
-	}
-	os.Exit(mainErr(os.Args[1:], os.Stderr))
+func main() { cli.Main(dispatch, report.Code) }
+
+// report: SIGTERM is the daemon's normal stop (exit 0), SIGINT exits 130;
+// an error wins over either.
+var report = cli.Report{
+	Usage: func(w io.Writer, err error) { fmt.Fprintf(w, "ferry-serve: %v\n", err) },
+	Interrupted: func(ctx context.Context, err error) bool {
+		return err == nil && cli.Signal(ctx) == os.Interrupt
+	},
+	Error: func(w io.Writer, err error) { fmt.Fprintf(w, "ferry-serve: %v\n", err) },
 }
 
-func mainErr(args []string, stderr io.Writer) int {
+func dispatch(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if version.Requested(args) {
+		_, err := fmt.Fprintln(stdout, version.String("ferry-serve"))
+		return err
+	}
 	cfg, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "ferry-serve: %v\n", err)
-		return 2
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	var got os.Signal
-	go func() {
-		s, ok := <-sigs
-		if ok {
-			got = s
-			stop()
+		if errors.Is(err, flag.ErrHelp) {
+			return err
 		}
-	}()
-	err = run(ctx, cfg, stderr)
-	signal.Stop(sigs)
-	close(sigs)
-	if err != nil {
-		fmt.Fprintf(stderr, "ferry-serve: %v\n", err)
-		return 1
+		return cli.Usage(err)
 	}
-	if got == syscall.SIGINT {
-		return 130
-	}
-	return 0
+	return run(ctx, cfg, stderr)
+}
+
+// mainErr runs ferry-serve with args, as main does, and returns its exit
+// status.
+func mainErr(args []string, stderr io.Writer) int {
+	return cli.Run(args, os.Stdin, os.Stdout, stderr, dispatch, report.Code)
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
