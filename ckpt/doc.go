@@ -31,9 +31,16 @@
 // either way; positioned writes forced onto a FUSE mount that refuses
 // them fail with an error saying so, and leave nothing behind.
 // Result.Files[i].IO names the path taken.
-// Direct I/O and copy_file_range are Linux's; on other systems (macOS) a
-// local output is always written buffered (IOBuffered), with the same
-// bytes.
+// Direct I/O and copy_file_range are Linux's (direct_linux.go); on other
+// systems (macOS) a local output is always written buffered (IOBuffered),
+// with the same bytes. "Local" means an OutputFile that implements
+// LocalOutput (DirSink's do; any Sink's may): Merge asks for that
+// interface, not for a concrete type. Every path gets its bytes from one
+// fill-then-cast step (fill.go), the one Verify uses too.
+//
+// The code follows the stages: merge.go (options, Merge), write.go (the
+// write paths), direct.go (aligned spans), kernelcopy.go, fill.go
+// (regions of a tensor read from the chunks, cast), verify.go.
 //
 // # Use
 //
@@ -123,7 +130,8 @@
 //
 // Every output file is written under a hidden temporary name (".NAME"
 // + ".ckptmerge-tmp-" + random), fsynced and renamed into place only when
-// complete (on S3: a multipart upload completed on Commit); the index comes
-// last. A merge that fails or is killed leaves no index and no file under a
+// complete, never over a file that appeared meanwhile unless Force, then
+// the directory is fsynced (storage.AtomicFile; on S3: a multipart upload
+// completed on Commit); the index comes last. A merge that fails or is killed leaves no index and no file under a
 // final name that is not complete.
 package ckpt
