@@ -134,31 +134,11 @@ func fillBox(bx box, dst []byte, scratch *[]byte) error {
 	isz := int64(it.DType.Size())
 	k := bx.k
 	g := bx.shape
-	for ci := range it.Chunks {
-		ch := &it.Chunks[ci]
-		if ch.data == nil {
-			continue // empty chunk
-		}
-		off, sz := chunkGeom(ch)
-		lo, hi, start, ok := intersect(bx, off, sz)
-		if !ok {
-			continue
-		}
-		innerChunk := numel(sz[k+1:])
-		count := (hi - lo) * innerChunk
-		full := true
-		for d := k + 1; d < len(g); d++ {
-			if sz[d] != g[d] {
-				full = false
-				break
-			}
-		}
-		if full {
-			dstOff := (lo - bx.a) * bx.inner * isz
-			if err := readChunkRange(it, ci, start, count, dst[dstOff:dstOff+count*isz]); err != nil {
-				return err
-			}
-			continue
+	return forPieces(bx, func(p piece) error {
+		ci, off, sz, lo, hi, start, count := p.ci, p.off, p.sz, p.lo, p.hi, p.start, p.count
+		if p.full {
+			dstOff := p.dstElem * isz
+			return readChunkRange(it, ci, start, count, dst[dstOff:dstOff+count*isz])
 		}
 		if int64(cap(*scratch)) < count*isz {
 			*scratch = make([]byte, count*isz)
@@ -213,11 +193,10 @@ func fillBox(bx box, dst []byte, scratch *[]byte) error {
 				outer[d] = 0
 			}
 			if d < 0 {
-				break
+				return nil
 			}
 		}
-	}
-	return nil
+	})
 }
 
 // readChunkRange reads count elements starting at chunk-local row-major
@@ -283,18 +262,27 @@ func gatherChunk(it *Item, ci int) ([]byte, error) {
 	return out, nil
 }
 
-// forPieces calls fn for every chunk piece intersecting bx: the chunk, the
-// chunk-local row-major start element and element count of the piece, the
-// destination element offset within the box (meaningful when full), and
-// whether the piece is contiguous in the box (full trailing dimensions).
-func forPieces(bx box, fn func(ch *Chunk, start, count, dstElem int64, full bool) error) error {
+// piece is the part of one chunk that a box needs.
+type piece struct {
+	ci      int     // the chunk's index in the item
+	off, sz []int64 // the chunk's geometry (chunkGeom)
+	lo, hi  int64   // rows [lo, hi) along dimension bx.k
+	start   int64   // chunk-local row-major element where the piece starts
+	count   int64   // elements
+	dstElem int64   // element offset of the piece in the box (meaningful when full)
+	full    bool    // trailing dimensions complete: contiguous in chunk and box
+}
+
+// forPieces calls fn for every piece of a chunk intersecting bx, in chunk
+// order; empty chunks have none.
+func forPieces(bx box, fn func(p piece) error) error {
 	it := bx.t.Item
 	k := bx.k
 	g := bx.shape
 	for ci := range it.Chunks {
 		ch := &it.Chunks[ci]
 		if ch.data == nil {
-			continue
+			continue // empty chunk
 		}
 		off, sz := chunkGeom(ch)
 		lo, hi, start, ok := intersect(bx, off, sz)
@@ -308,7 +296,9 @@ func forPieces(bx box, fn func(ch *Chunk, start, count, dstElem int64, full bool
 				break
 			}
 		}
-		if err := fn(ch, start, (hi-lo)*numel(sz[k+1:]), (lo-bx.a)*bx.inner, full); err != nil {
+		p := piece{ci: ci, off: off, sz: sz, lo: lo, hi: hi, start: start,
+			count: (hi - lo) * numel(sz[k+1:]), dstElem: (lo - bx.a) * bx.inner, full: full}
+		if err := fn(p); err != nil {
 			return err
 		}
 	}

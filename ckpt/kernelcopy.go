@@ -69,21 +69,22 @@ func tryKernelCopy(bx box, kc *kernelCopier) (bool, error) {
 	if kc == nil || t.DType != t.Item.DType {
 		return false, nil
 	}
-	type piece struct {
+	type copyRange struct {
 		src          *osFile
 		srcOff, dstO int64
 		n            int64
 	}
-	var pieces []piece
+	var ranges []copyRange
 	isz := int64(t.DType.Size())
 	var covered int64
-	err := forPieces(bx, func(ch *Chunk, start, count, dstElem int64, full bool) error {
-		of, ok := ch.data.f.(*osFile)
-		if !ok || !full || !ch.data.rowMaj {
+	err := forPieces(bx, func(p piece) error {
+		cd := t.Item.Chunks[p.ci].data
+		of, ok := cd.f.(*osFile)
+		if !ok || !p.full || !cd.rowMaj {
 			return errNoFastPath
 		}
-		pieces = append(pieces, piece{of, ch.data.start() + start*isz, bx.off + dstElem*isz, count * isz})
-		covered += count
+		ranges = append(ranges, copyRange{of, cd.start() + p.start*isz, bx.off + p.dstElem*isz, p.count * isz})
+		covered += p.count
 		return nil
 	})
 	if err == errNoFastPath || covered != bx.n {
@@ -92,8 +93,8 @@ func tryKernelCopy(bx box, kc *kernelCopier) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	for _, p := range pieces {
-		ok, err := kc.copy(p.src, p.srcOff, p.dstO, p.n)
+	for _, r := range ranges {
+		ok, err := kc.copy(r.src, r.srcOff, r.dstO, r.n)
 		if !ok {
 			// no descriptor for the fast path: redo the whole box with
 			// buffers (rewriting pieces already copied is harmless)
