@@ -40,6 +40,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/internal/cli"
+	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/internal/testutil/s3server"
 	"github.com/minio/minio-go/v7"
@@ -90,7 +92,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := storage.SignalContext(context.Background())
+	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
 
 	res := result{Side: *side, Op: *op, Bytes: size}
@@ -109,7 +111,7 @@ func run() error {
 	}
 	res.Seconds = elapsed.Seconds()
 	res.MBPerS = float64(size) / 1e6 / res.Seconds
-	res.PeakRSSMB = peakRSSMB()
+	res.PeakRSSMB = float64(procstat.PeakRSS()) / 1e6
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{"bench": res})
 }
 
@@ -129,21 +131,6 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad -size %q", s)
 	}
 	return n * mult, nil
-}
-
-// peakRSSMB is VmHWM of this process in MB (0 where /proc is missing).
-func peakRSSMB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb * 1024 / 1e6
-		}
-	}
-	return 0
 }
 
 // genReader yields size pseudo-random bytes without holding them: a 1 MiB

@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -41,9 +40,6 @@ var report = cli.Report{
 }
 
 func exitCode(ctx context.Context, err error, stderr io.Writer) int {
-	if errors.Is(err, errTokenizeUsage) {
-		err = fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
 	return report.Code(ctx, err, stderr)
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/encode"
 	"github.com/ferryml/ferry/internal/procstat"
@@ -55,9 +56,6 @@ type tokenizeConfig struct {
 	input     string // "" = stdin
 }
 
-// errTokenizeUsage marks a command-line error (exit status 2).
-var errTokenizeUsage = errors.New("bad usage")
-
 func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error) {
 	c := &tokenizeConfig{}
 	fs := flag.NewFlagSet("dataprep tokenize", flag.ContinueOnError)
@@ -85,12 +83,12 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: %v", errTokenizeUsage, err)
+		return nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	bad := func(format string, a ...any) (*tokenizeConfig, error) {
 		fmt.Fprintf(stderr, "dataprep tokenize: "+format+"\n", a...)
 		fs.Usage()
-		return nil, fmt.Errorf("%w: "+format, append([]any{errTokenizeUsage}, a...)...)
+		return nil, fmt.Errorf("%w: "+format, append([]any{cli.ErrUsage}, a...)...)
 	}
 	switch {
 	case c.tokenizer == "":

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/ferryml/ferry/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
@@ -189,7 +190,7 @@ func TestRunTokenizeErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if errors.Is(err, errTokenizeUsage) != tc.wantUsage {
+			if errors.Is(err, cli.ErrUsage) != tc.wantUsage {
 				t.Errorf("usage error = %v, want %v (%v)", !tc.wantUsage, tc.wantUsage, err)
 			}
 			if !strings.Contains(err.Error(), tc.wantMsg) {

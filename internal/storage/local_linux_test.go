@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,7 +97,7 @@ func TestSignalAbortsWrite(t *testing.T) {
 }
 
 func signalChild(target string) {
-	ctx, stop := SignalContext(context.Background())
+	ctx, stop := cli.SignalContext(context.Background())
 	defer stop()
 	w, err := Create(ctx, target)
 	if err != nil {
@@ -109,7 +110,7 @@ func signalChild(target string) {
 	for range 60000 { // 64 KiB per millisecond, for at most a minute
 		if _, err := w.Write(buf); err != nil {
 			w.Abort()
-			if Interrupted(ctx) {
+			if cli.Interrupted(ctx) {
 				os.Exit(130)
 			}
 			fmt.Fprintln(os.Stderr, err)
