@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/ferryml/ferry/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
-
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/tokenize"
 )
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ferryml/ferry/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferryml/ferry/internal/testutil/smallfs"
 	"golang.org/x/sys/unix"
+	"github.com/ferryml/ferry/internal/cli"
+	"github.com/ferryml/ferry/internal/testutil/smallfs"
 )
 
 func TestLocalDiskFull(t *testing.T) {
