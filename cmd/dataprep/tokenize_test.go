@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/tokenize"
 )

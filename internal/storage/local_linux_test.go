@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/testutil/smallfs"
 )
