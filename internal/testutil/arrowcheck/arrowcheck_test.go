@@ -129,7 +129,7 @@ func TestCheckReports(t *testing.T) {
 			report, err := Check(t, []string{dir}, Expect(t, dir))
 			needPyarrow(t, err)
 			if err != nil {
-				t.Fatalf("before the break: %v", err)
+				t.Fatalf("before the break: %v; report:\n%s", err, report)
 			}
 			var expect []Shard
 			if tc.expect {
