@@ -297,12 +297,8 @@ def isolation_check(shards, device):
     import ferry
     from transformers import Qwen2Config, Qwen2ForCausalLM
     impls = [("sdpa", torch.float32), ("eager", torch.float32)]
-    try:
-        from transformers.utils import is_flash_attn_2_available
-        if device.type == "cuda" and is_flash_attn_2_available():
-            impls.append(("flash_attention_2", torch.bfloat16))
-    except ImportError:
-        pass
+    if device.type == "cuda" and attn_impl() == "flash_attention_2":
+        impls.append(("flash_attention_2", torch.bfloat16))
     small = dict(hidden_size=64, intermediate_size=128) if SMOKE else dict(hidden_size=256, intermediate_size=512)
     cfg = Qwen2Config(**dict(MODEL_CONFIG, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **small))
     out = []
