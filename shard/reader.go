@@ -181,7 +181,7 @@ func newReader(name string, data []byte) (r *Reader, err error) {
 	fr, err := ipc.NewMappedFileReader(data,
 		ipc.WithMetadataSizeLimit(MaxMetadataBytes),
 		ipc.WithBodySizeLimit(int64(len(data))),
-		ipc.WithAllocator(memory.DefaultAllocator))
+		ipc.WithAllocator(&boundedAlloc{name: name, max: MaxMetadataBytes}))
 	if err != nil {
 		return nil, corrupt(name, "%v", err)
 	}
@@ -217,6 +217,37 @@ func newReader(name string, data []byte) (r *Reader, err error) {
 	}
 	return r, nil
 }
+
+// boundedAlloc is the allocator a Reader hands arrow-go. A ferry shard's
+// columns are uncompressed and are viewed in place, so the reader itself
+// allocates next to nothing. A file that claims compressed buffers makes
+// arrow-go allocate the "uncompressed size" the file states, an untrusted
+// 64-bit number: the Go runtime treats a failed allocation of many GB as a
+// fatal error that no recover catches, so the process would die. This
+// allocator refuses any request over max with a panic, which newReader's
+// recover turns into ErrCorrupt.
+type boundedAlloc struct {
+	name string
+	max  int
+}
+
+func (a *boundedAlloc) check(size int) {
+	if size < 0 || size > a.max {
+		panic(fmt.Sprintf("a buffer of %d bytes is over the reader's limit of %d (compressed columns are not part of the format)", size, a.max))
+	}
+}
+
+func (a *boundedAlloc) Allocate(size int) []byte {
+	a.check(size)
+	return memory.DefaultAllocator.Allocate(size)
+}
+
+func (a *boundedAlloc) Reallocate(size int, b []byte) []byte {
+	a.check(size)
+	return memory.DefaultAllocator.Reallocate(size, b)
+}
+
+func (a *boundedAlloc) Free(b []byte) { memory.DefaultAllocator.Free(b) }
 
 func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 	md := s.Metadata()

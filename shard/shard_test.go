@@ -550,6 +550,7 @@ func FuzzReader(f *testing.F) {
 		f.Add(b)
 	}
 	CheckArrow(f, subs...) // the seeds are valid shards
+	f.Add(lz4Shard(f))     // compressed buffers state their own size
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := NewMappedReader("fuzz.arrow", data)
 		if err != nil {
