@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -80,7 +82,7 @@ func TestReadFormats(t *testing.T) {
 	}
 }
 
-func writeParquet(t *testing.T, recs []map[string]string, large bool) []byte {
+func writeParquet(t testing.TB, recs []map[string]string, large bool, opts ...parquet.WriterProperty) []byte {
 	t.Helper()
 	typ := arrow.DataType(arrow.BinaryTypes.String)
 	if large {
@@ -103,7 +105,7 @@ func writeParquet(t *testing.T, recs []map[string]string, large bool) []byte {
 	rec := b.NewRecordBatch()
 	defer rec.Release()
 	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(schema, &buf, nil, pqarrow.DefaultWriterProps())
+	w, err := pqarrow.NewFileWriter(schema, &buf, parquet.NewWriterProperties(opts...), pqarrow.DefaultWriterProps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +263,9 @@ func FuzzParse(f *testing.F) {
 	f.Add(raw[:2000])
 	f.Add([]byte(`[{"instruction": "a\ud83d\ude00", "input": "", "output": "b", "x": [1, {"y": null}]}]`))
 	f.Add([]byte("{\"instruction\": \"a\", \"output\": \"b\"}\n{\"instruction\": 1}\n"))
+	recs := []map[string]string{{"instruction": "a", "input": "", "output": "b"}, {"instruction": "c", "input": "d", "output": "e"}}
+	f.Add(writeParquet(f, recs, false))
+	f.Add(writeParquet(f, recs, true, parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := Parse("fuzz.json", data, Options{OnBad: func(*RecordError) error { return nil }})
 		if err != nil {
