@@ -102,7 +102,9 @@ def rank_seed(a, rank, t0):
     sampler.set_epoch(0)
     batch = next(iter(loader))
     # ---
-    return batch, len(dataset)
+    # the rows the epoch goes through: DistributedSampler (drop_last=False)
+    # pads the dataset to a multiple of the ranks, as dataprep does
+    return batch, sampler.total_size
 
 
 def rank_ferry(a, rank, t0):

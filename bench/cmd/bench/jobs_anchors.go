@@ -153,9 +153,9 @@ func checkSeedPath(ferryOut, seedOut string, ranks int) (string, error) {
 		rows[i] = v["rows"]
 	}
 	if rows[0] != rows[1] {
-		return "", fmt.Errorf("ferry's shards hold %.0f rows, the seed's data set %.0f", rows[0], rows[1])
+		return "", fmt.Errorf("ferry's shards hold %.0f rows, the seed's DistributedSampler goes through %.0f", rows[0], rows[1])
 	}
-	return fmt.Sprintf("every one of the %d ranks of both sides held a 4 × 1024 first batch; %.0f rows on both sides", ranks, rows[0]), nil
+	return fmt.Sprintf("every one of the %d ranks of both sides held a 4 × 1024 first batch; an epoch of %.0f rows on both sides (padded to a multiple of the ranks)", ranks, rows[0]), nil
 }
 
 // feedAnchorJobs: ferry's feed against MosaicML Streaming and LitData (and
