@@ -30,6 +30,9 @@ var (
 	ErrFormat = errors.New("dataset: unsupported input format")
 	// ErrLimit marks an input beyond a documented limit.
 	ErrLimit = errors.New("dataset: limit exceeded")
+	// ErrSplit marks a JSON Lines byte range whose last record runs past
+	// the range's end (see Plan): the file cannot be split there.
+	ErrSplit = errors.New("dataset: a record crosses the split of a JSON Lines file")
 )
 
 // Format is an input format.
@@ -198,8 +201,16 @@ func lineAt(data []byte, off int) int64 {
 }
 
 func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) error) error {
+	return parseJSONRange(name, data, len(data), 0, res, bad)
+}
+
+// parseJSONRange parses data as parseJSON does, except that JSON Lines
+// records are read only while they start before limit (the bytes from
+// limit on are lookahead that belongs to the next range) and that error
+// offsets are reported plus base (data's offset in its file).
+func parseJSONRange(name string, data []byte, limit int, base int64, res *Result, bad func(*RecordError) error) error {
 	s := &jsonScanner{data: data}
-	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+	if base == 0 && bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
 		s.pos = 3
 	}
 	s.ws()
@@ -210,15 +221,19 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 		if errors.As(err, &se) {
 			off, msg = se.off, se.msg
 		}
-		return &RecordError{File: name, Index: idx, Offset: int64(off), Line: lineAt(data, off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
+		return &RecordError{File: name, Index: idx, Offset: base + int64(off), Line: lineAt(data, off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
 	}
-	if s.pos >= len(data) {
+	if s.pos >= limit {
+		if base > 0 || limit < len(data) {
+			res.Format = JSONLines
+			return nil // a range of blank lines
+		}
 		return fmt.Errorf("%w: %s is empty", ErrEmpty, name)
 	}
 	var idx int64
 	add := func(start int, rec Record, fe *fieldError) error {
 		if fe != nil {
-			return bad(&RecordError{File: name, Index: idx, Offset: int64(start), Line: lineAt(data, start), Field: fe.field, Err: fe})
+			return bad(&RecordError{File: name, Index: idx, Offset: base + int64(start), Line: lineAt(data, start), Field: fe.field, Err: fe})
 		}
 		res.Records = append(res.Records, rec)
 		res.Samples = append(res.Samples, idx)
@@ -269,8 +284,10 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 		return nil
 	case '{':
 		res.Format = JSONLines
-		for s.pos < len(data) {
+		lastStart := s.pos
+		for s.pos < limit {
 			start := s.pos
+			lastStart = start
 			var rec Record
 			fe, err := s.object(&rec)
 			if err == nil {
@@ -305,6 +322,13 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 			}
 			idx++
 			s.ws()
+		}
+		if s.pos != limit && limit < len(data) {
+			// The last record (or the bad line skipped) runs past the end
+			// of the range: the next range would not start where a whole
+			// read goes on.
+			return fmt.Errorf("%w: %s: the record at byte %d (record %d of the range) crosses the range end at byte %d",
+				ErrSplit, name, base+int64(lastStart), idx-1, base+int64(limit))
 		}
 		return nil
 	}
