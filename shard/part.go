@@ -197,6 +197,18 @@ func (p *Part) Close() error {
 // NumExamples returns the number of examples.
 func (p *Part) NumExamples() int { return p.n }
 
+// NumTokens returns the number of token ids of all the examples.
+func (p *Part) NumTokens() int64 { return int64(len(p.tokens)) }
+
+// LastSample returns the last example's sample index (the highest), or -1
+// when there is none.
+func (p *Part) LastSample() int64 {
+	if p.n == 0 {
+		return -1
+	}
+	return int64(binary.LittleEndian.Uint64(p.entries[(p.n-1)*partEntrySize:]))
+}
+
 // AppendExamples appends every example of p to dst, with base added to
 // each sample index, and their flags to flags; the token slices alias p.
 func (p *Part) AppendExamples(dst []Example, flags []uint8, base int64) ([]Example, []uint8) {
