@@ -26,6 +26,8 @@ import (
 )
 
 const prepUsage = `usage: dataprep --input FILE [--input FILE...] --tokenizer PATH --out DIR [flags]
+       dataprep --part I/N [the same flags] [--parts LOC]   (one part of a split run)
+       dataprep commit DIR [--parts LOC] [--force] [--json]  (see dataprep commit --help)
        dataprep inspect DIR [--rank R --row N]
        dataprep tokenize --tokenizer PATH [IN.jsonl]   (see dataprep tokenize --help)
 
@@ -45,6 +47,16 @@ Examples:
   # a split in several files (a glob, or --input repeated), read in order
   dataprep --input 'alpaca/data/train-*.parquet' --tokenizer models/Qwen2.5-3B --out shards/
   dataprep inspect shards/ --rank 3 --row 0
+
+Split runs (docs/parts.md): --part I/N reads only part I's share of the
+input (whole files; a plain JSON Lines file may be cut between records),
+tokenizes it and writes part-I-of-N.bin and its manifest into --parts
+(default OUT/parts), atomically; run every I = 0..N-1 anywhere, in any
+order, then "dataprep commit OUT", which checks the parts and writes OUT
+byte-identical to a single run (manifest.json's stats.seconds aside):
+  for i in 0 1 2; do dataprep --part $i/3 --input 'data/*.jsonl' --tokenizer models/Qwen2.5-3B \
+      --mode pack --ranks 16 --out s3://bucket/shards & done; wait
+  dataprep commit s3://bucket/shards
 
 Flags:
 `
