@@ -51,9 +51,10 @@ type Record struct {
 }
 
 // RecordError locates a bad record. Index is the 0-based record number
-// (JSON: element of the array or non-blank line; Parquet: row); Offset is
-// the byte offset in the decompressed input (-1 for Parquet); Line is
-// 1-based (0 for Parquet).
+// (JSON: element of the array or non-blank line; Parquet: row; a byte range
+// of JSON Lines read by ReadPieces: counted from the range's start); Offset
+// is the byte offset in the decompressed input (-1 for Parquet); Line is
+// 1-based (0 for Parquet and for a byte range that does not start the file).
 type RecordError struct {
 	File   string
 	Index  int64
@@ -65,8 +66,11 @@ type RecordError struct {
 
 func (e *RecordError) Error() string {
 	where := fmt.Sprintf("record %d", e.Index)
-	if e.Offset >= 0 {
+	switch {
+	case e.Offset >= 0 && e.Line > 0:
 		where += fmt.Sprintf(" (byte %d, line %d)", e.Offset, e.Line)
+	case e.Offset >= 0:
+		where += fmt.Sprintf(" (byte %d)", e.Offset)
 	}
 	return fmt.Sprintf("%s: %s: %v", e.File, where, e.Err)
 }
@@ -214,6 +218,12 @@ func parseJSONRange(name string, data []byte, limit int, base int64, res *Result
 		s.pos = 3
 	}
 	s.ws()
+	line := func(off int) int64 {
+		if base > 0 {
+			return 0 // unknown: the lines before the range were not read
+		}
+		return lineAt(data, off)
+	}
 	syntax := func(idx int64, err error) error {
 		var se *syntaxError
 		off := s.pos
@@ -221,7 +231,7 @@ func parseJSONRange(name string, data []byte, limit int, base int64, res *Result
 		if errors.As(err, &se) {
 			off, msg = se.off, se.msg
 		}
-		return &RecordError{File: name, Index: idx, Offset: base + int64(off), Line: lineAt(data, off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
+		return &RecordError{File: name, Index: idx, Offset: base + int64(off), Line: line(off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
 	}
 	if s.pos >= limit {
 		if base > 0 || limit < len(data) {
@@ -233,7 +243,7 @@ func parseJSONRange(name string, data []byte, limit int, base int64, res *Result
 	var idx int64
 	add := func(start int, rec Record, fe *fieldError) error {
 		if fe != nil {
-			return bad(&RecordError{File: name, Index: idx, Offset: base + int64(start), Line: lineAt(data, start), Field: fe.field, Err: fe})
+			return bad(&RecordError{File: name, Index: idx, Offset: base + int64(start), Line: line(start), Field: fe.field, Err: fe})
 		}
 		res.Records = append(res.Records, rec)
 		res.Samples = append(res.Samples, idx)
