@@ -55,7 +55,7 @@ func writePart(ctx context.Context, c *prepConfig, in *loaded, exs []shard.Examp
 	m := &shard.PartManifest{
 		Format: shard.PartFormatName, Version: shard.PartFormatVersion, Part: c.part, Parts: c.parts,
 		CreatedBy: createdBy(), Tokenizer: in.tokInfo, Options: partOptions(c, in),
-		Records: 0, RecordsSkipped: 0, RecordsTruncated: st.Truncated, RecordsSplit: st.Split,
+		RecordsTruncated: st.Truncated, RecordsSplit: st.Split,
 		Examples: int64(len(exs)), Tokens: tokens, InputBytes: res.RawBytes, Bytes: res.Bytes,
 		File: shard.PartFileEntry{Path: name, Bytes: size, SHA256: sum},
 	}
