@@ -294,7 +294,9 @@ func parseJSONRange(name string, data []byte, limit int, base int64, res *Result
 		return nil
 	case '{':
 		res.Format = JSONLines
-		lastStart := s.pos
+		// lastStart, lastEnd: where the last record (or bad line) began
+		// and where it ended, before the blank bytes after it.
+		lastStart, lastEnd := s.pos, s.pos
 		for s.pos < limit {
 			start := s.pos
 			lastStart = start
@@ -324,6 +326,7 @@ func parseJSONRange(name string, data []byte, limit int, base int64, res *Result
 					s.pos = len(data)
 				}
 				idx++
+				lastEnd = s.pos
 				s.ws()
 				continue
 			}
@@ -331,9 +334,10 @@ func parseJSONRange(name string, data []byte, limit int, base int64, res *Result
 				return err
 			}
 			idx++
+			lastEnd = s.pos
 			s.ws()
 		}
-		if s.pos != limit && limit < len(data) {
+		if lastEnd > limit && limit < len(data) {
 			// The last record (or the bad line skipped) runs past the end
 			// of the range: the next range would not start where a whole
 			// read goes on.

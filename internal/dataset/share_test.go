@@ -139,3 +139,92 @@ func TestIsBoundary(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseRange: reading a JSON Lines input as two byte ranges cut where
+// Share may cut (isBoundary) gives the records (and skipped lines) of one
+// whole read, unless the first range reports ErrSplit; it never panics.
+func FuzzParseRange(f *testing.F) {
+	f.Add([]byte("{\"instruction\": \"a\", \"output\": \"b\"}\n\n  \n{\"instruction\": \"c\", \"output\": \"d\"}\n"), uint16(1))
+	f.Add([]byte("{\"instruction\": \"a\", \"output\": {\"x\": 1}\n{\"instruction\": \"c\", \"output\": \"d\"}\n{\"instruction\": 3}\n"), uint16(1))
+	f.Add([]byte("{\"instruction\":\n \"a\", \"output\": \"b\"}\n{\"instruction\": \"cut\n{\"instruction\": \"c\", \"output\": \"d\"}"), uint16(2))
+	f.Fuzz(func(t *testing.T, data []byte, k uint16) {
+		if len(data) > 1<<16 {
+			return
+		}
+		parse := func(d []byte, limit int, base int64) (*Result, error) {
+			res := &Result{}
+			err := parseJSONRange("f", d, limit, base, res, func(*RecordError) error { res.Skipped++; return nil })
+			return res, err
+		}
+		whole, err := parse(data, len(data), 0)
+		if err != nil || whole.Format != JSONLines {
+			return
+		}
+		// the cut: the k-th boundary (mod their number)
+		var nls []int
+		for i := 1; i < len(data); i++ {
+			if isBoundary(data, i) {
+				nls = append(nls, i)
+			}
+		}
+		if len(nls) == 0 {
+			return
+		}
+		cut := nls[int(k)%len(nls)]
+		first, err := parse(data[:cut+1], cut, 0)
+		if errors.Is(err, ErrSplit) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("first range: %v", err)
+		}
+		second, err := parse(data[cut:], len(data)-cut, int64(cut))
+		if err != nil {
+			t.Fatalf("second range: %v", err)
+		}
+		got := append(append([]Record{}, first.Records...), second.Records...)
+		if !reflect.DeepEqual(got, whole.Records) && (len(got) > 0 || len(whole.Records) > 0) {
+			t.Fatalf("cut at %d: %d+%d records, whole %d", cut, len(first.Records), len(second.Records), len(whole.Records))
+		}
+		if first.Skipped+second.Skipped != whole.Skipped {
+			t.Fatalf("cut at %d: %d+%d skipped, whole %d", cut, first.Skipped, second.Skipped, whole.Skipped)
+		}
+	})
+}
+
+// TestEveryBoundary: valid JSON Lines with blank lines, CRLF and records
+// spread over lines reads the same cut at every boundary Share may pick
+// (none reports ErrSplit).
+func TestEveryBoundary(t *testing.T) {
+	data := "{\"instruction\": \"a\", \"output\": \"b\"}\n\n  \n" +
+		"{\"instruction\": \"c\",\n \"output\": \"d\"}\r\n" +
+		"{\"instruction\": \"e\", \"output\": \"h\", \"extra\": {\"x\": {}}\n}\n \t\n" +
+		"{\"instruction\": \"f\", \"output\": \"g\"}\n"
+	p := filepath.Join(t.TempDir(), "x.jsonl")
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	whole, err := Read(ctx, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(data))
+	cuts := 0
+	for b := 1; b < len(data); b++ {
+		if !isBoundary([]byte(data), b) {
+			continue
+		}
+		cuts++
+		res, _, err := ReadPieces(ctx, []Piece{{File: p, Size: size, End: int64(b)}, {File: p, Size: size, Off: int64(b), End: size}}, Options{})
+		if err != nil {
+			t.Fatalf("cut at %d: %v", b, err)
+		}
+		if !reflect.DeepEqual(res.Records, whole.Records) {
+			t.Fatalf("cut at %d: %d records, want %d", b, len(res.Records), len(whole.Records))
+		}
+	}
+	if cuts < 6 {
+		t.Fatalf("%d boundaries", cuts)
+	}
+}
