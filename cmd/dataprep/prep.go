@@ -230,10 +230,18 @@ type summary struct {
 	WriteSeconds     float64 `json:"write_s"`    // pack, shuffle, write, verify, manifest
 }
 
-func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	c, err := parsePrepFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if c.parts > 0 {
+		// A part's error says which part (launchers interleave the logs).
+		defer func() {
+			if err != nil && !errors.Is(err, errUsage) {
+				err = fmt.Errorf("dataprep[part %d/%d]: %w", c.part, c.parts, err)
+			}
+		}()
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
