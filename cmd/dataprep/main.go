@@ -3,6 +3,8 @@
 // format: docs/shard-format.md).
 //
 //	dataprep --input alpaca.json --tokenizer DIR --seq-len 1024 --ranks 16 --out DIR_OR_S3_URL
+//	dataprep --part I/N [flags] --out DIR   (one part of a split run)
+//	dataprep commit DIR [--parts LOC]       (lays the parts out into DIR)
 //	dataprep inspect DIR [--rank R --row N]
 //	dataprep tokenize --tokenizer PATH [IN.jsonl]
 //	dataprep --version
@@ -54,6 +56,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return runInspect(ctx, args[1:], stdout, stderr)
 		case "tokenize":
 			return runTokenize(ctx, args[1:], stdin, stdout, stderr)
+		case "commit":
+			return runCommit(ctx, args[1:], stdout, stderr)
 		}
 	}
 	return runPrep(ctx, args, stdout, stderr)

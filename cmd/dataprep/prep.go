@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,12 +19,15 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/internal/encode"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
 )
 
 const prepUsage = `usage: dataprep --input FILE [--input FILE...] --tokenizer PATH --out DIR [flags]
+       dataprep --part I/N [the same flags] [--parts LOC]   (one part of a split run)
+       dataprep commit DIR [--parts LOC] [--force] [--json]  (see dataprep commit --help)
        dataprep inspect DIR [--rank R --row N]
        dataprep tokenize --tokenizer PATH [IN.jsonl]   (see dataprep tokenize --help)
 
@@ -43,6 +47,16 @@ Examples:
   # a split in several files (a glob, or --input repeated), read in order
   dataprep --input 'alpaca/data/train-*.parquet' --tokenizer models/Qwen2.5-3B --out shards/
   dataprep inspect shards/ --rank 3 --row 0
+
+Split runs (docs/parts.md): --part I/N reads only part I's share of the
+input (whole files; a plain JSON Lines file may be cut between records),
+tokenizes it and writes part-I-of-N.bin and its manifest into --parts
+(default OUT/parts), atomically; run every I = 0..N-1 anywhere, in any
+order, then "dataprep commit OUT", which checks the parts and writes OUT
+byte-identical to a single run (manifest.json's stats.seconds aside):
+  for i in 0 1 2; do dataprep --part $i/3 --input 'data/*.jsonl' --tokenizer models/Qwen2.5-3B \
+      --mode pack --ranks 16 --out s3://bucket/shards & done; wait
+  dataprep commit s3://bucket/shards
 
 Flags:
 `
@@ -86,6 +100,9 @@ type prepConfig struct {
 	quiet, jsonOut bool
 	progressEvery  time.Duration
 	cpuProfile     string
+	// --part I/N (parts = 0: a whole run) and --parts LOC
+	part, parts int
+	partsLoc    string
 }
 
 func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
@@ -120,6 +137,9 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 	fs.BoolVar(&c.jsonOut, "json", false, "print the summary as one JSON object on stdout")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile to `file` (for performance work)")
 	fs.DurationVar(&c.progressEvery, "progress-every", 5*time.Second, "interval of the progress lines when stderr is not a terminal")
+	var part string
+	fs.StringVar(&part, "part", "", "run part `I/N` (0-based) of a split run: tokenize only this part's share of the input into --parts; then dataprep commit OUT (see docs/parts.md)")
+	fs.StringVar(&c.partsLoc, "parts", "", "with --part: directory or s3:// prefix of the part files (default OUT/parts)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -139,6 +159,20 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepConfig, error) {
 	}
 	if c.labels, err = shard.ParseLabels(labels); err != nil {
 		return bad("--labels %q: want mask-pad, copy or mask-prompt", labels)
+	}
+	if part != "" {
+		i, n, ok := strings.Cut(part, "/")
+		var err1, err2 error
+		c.part, err1 = strconv.Atoi(i)
+		c.parts, err2 = strconv.Atoi(n)
+		if !ok || err1 != nil || err2 != nil || c.parts < 1 || c.parts > shard.MaxParts || c.part < 0 || c.part >= c.parts {
+			return bad("--part %q: want I/N with 0 <= I < N <= %d", part, shard.MaxParts)
+		}
+	} else if c.partsLoc != "" {
+		return bad("--parts needs --part (or: dataprep commit OUT --parts LOC)")
+	}
+	if c.parts > 0 && c.partsLoc == "" && c.out != "" {
+		c.partsLoc = storage.Join(c.out, "parts")
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -196,10 +230,18 @@ type summary struct {
 	WriteSeconds     float64 `json:"write_s"`    // pack, shuffle, write, verify, manifest
 }
 
-func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	c, err := parsePrepFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if c.parts > 0 {
+		// A part's error says which part (launchers interleave the logs).
+		defer func() {
+			if err != nil && !errors.Is(err, errUsage) {
+				err = fmt.Errorf("dataprep[part %d/%d]: %w", c.part, c.parts, err)
+			}
+		}()
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -220,14 +262,83 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("%w: %s (use --force to replace it)", shard.ErrExists, storage.Join(c.out, shard.ManifestName))
 		}
 	}
-	prog := newProgress(stderr, c.quiet, c.progressEvery)
+	prefix := "dataprep"
+	if c.parts > 0 {
+		prefix = fmt.Sprintf("dataprep[part %d/%d]", c.part, c.parts)
+		// A part that is run again (a retry) first removes the manifest
+		// of an earlier try: until this try writes its own, commit finds
+		// the part missing, never half replaced.
+		if err := removeIfExists(ctx, storage.Join(c.partsLoc, shard.PartManifestName(c.part, c.parts))); err != nil {
+			return err
+		}
+	}
+	prog := newProgress(stderr, c.quiet, c.progressEvery, prefix)
 	defer prog.stop()
 
-	// Read the input and load the tokenizer at the same time.
-	var (
-		res *dataset.Result
-		tok *tokenize.Tokenizer
-	)
+	in, err := load(ctx, c, prog)
+	if err != nil {
+		return err
+	}
+	res := in.res
+	if c.parts == 0 && len(res.Records) == 0 {
+		return fmt.Errorf("%s: no usable records (%d skipped)", c.input, res.Skipped)
+	}
+
+	tRead := time.Now()
+	prog.phase("tokenize", int64(len(res.Records)))
+	exs, flags, st, err := in.enc.EncodeRecordsFlags(ctx, res.Records, res.Samples, c.workers, func(n int) { prog.add(int64(n)) })
+	if err != nil {
+		return err
+	}
+	tTok := time.Now()
+	if c.parts > 0 {
+		return writePart(ctx, c, in, exs, flags, st, t0, prog, stdout)
+	}
+	out := &shardInput{
+		exs: exs, tmpl: in.tmpl, tok: in.tokInfo, input: c.input,
+		stats: shard.Stats{
+			RecordsRead:      int64(len(res.Records)) + res.Skipped,
+			RecordsSkipped:   res.Skipped,
+			RecordsTruncated: st.Truncated,
+			RecordsSplit:     st.Split,
+			InputBytes:       res.RawBytes,
+		},
+		createdBy: createdBy(),
+		seconds:   func() float64 { return time.Since(t0).Seconds() },
+	}
+	m, err := writeShards(ctx, c, out, prog)
+	if err != nil {
+		return err
+	}
+	prog.stop()
+	secs := time.Since(t0).Seconds()
+	s := newSummary(c, m, string(res.Format), res.RawBytes, res.Bytes, secs)
+	s.ReadSeconds, s.TokenizeSeconds, s.WriteSeconds = tRead.Sub(t0).Seconds(), tTok.Sub(tRead).Seconds(), time.Since(tTok).Seconds()
+	return printReport(c, &s, m, stdout, stderr)
+}
+
+// createdBy is the manifest's created_by.
+func createdBy() string { return "ferry dataprep (" + runtime.Version() + ")" }
+
+// loaded is what a run (or a part) read: the records, the tokenizer and
+// what the flags resolve to.
+type loaded struct {
+	res     *dataset.Result
+	tok     *tokenize.Tokenizer
+	tmpl    *dataset.Template
+	sp      *specials
+	enc     *encode.Encoder
+	tokInfo shard.TokenizerInfo
+	// a part's: every input file with its size, and what the part read
+	files  []string
+	sizes  []int64
+	pieces []dataset.PieceResult
+}
+
+// load reads the input (a part: its share of it) and loads the tokenizer at
+// the same time, then resolves the template and special tokens.
+func load(ctx context.Context, c *prepConfig, prog *progress) (*loaded, error) {
+	in := &loaded{}
 	var badCount atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -249,123 +360,149 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			prog.logf("input: %d files (%s ... %s)", len(files), files[0], files[len(files)-1])
 		}
 		c.input = strings.Join(files, ", ") // the manifest names the files read, in order
-		if res, err = dataset.ReadFiles(gctx, files, opt); err != nil {
+		in.files = files
+		if c.parts == 0 {
+			if in.res, err = dataset.ReadFiles(gctx, files, opt); err != nil {
+				return err
+			}
+			return in.res.Head(c.maxRecords, c.input)
+		}
+		pieces, sizes, err := dataset.Share(gctx, files, c.part, c.parts)
+		if err != nil {
 			return err
 		}
-		return res.Head(c.maxRecords, c.input)
+		in.sizes = sizes
+		if in.res, in.pieces, err = dataset.ReadPieces(gctx, pieces, opt); err != nil {
+			return err
+		}
+		if c.maxRecords > 0 {
+			// Records from local index max-records on are past the head
+			// whatever the earlier parts hold; commit cuts the rest.
+			keep := 0
+			for keep < len(in.res.Samples) && in.res.Samples[keep] < c.maxRecords {
+				keep++
+			}
+			in.res.Records, in.res.Samples = in.res.Records[:keep], in.res.Samples[:keep]
+		}
+		return nil
 	})
 	g.Go(func() error {
 		var err error
-		tok, err = loadTokenizer(c.tokenizer)
+		in.tok, err = loadTokenizer(c.tokenizer)
 		return err
 	})
 	// Parsing and loading do not watch ctx: on an interrupt, return at once
 	// (the process exits; nothing has been written yet).
-	loaded := make(chan error, 1)
-	go func() { loaded <- g.Wait() }()
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
 	select {
-	case err := <-loaded:
+	case err := <-done:
 		if err != nil {
-			return err
+			return nil, err
 		}
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
 	if n := badCount.Load(); n > 5 {
 		prog.logf("skipped %d bad records in all (first 5 shown)", n)
 	}
-	tmpl := dataset.Alpaca()
+	in.tmpl = dataset.Alpaca()
 	if c.templateFile != "" {
 		b, err := os.ReadFile(c.templateFile)
 		if err != nil {
-			return fmt.Errorf("template: %w", err)
+			return nil, fmt.Errorf("template: %w", err)
 		}
-		if tmpl, err = dataset.ParseTemplate(string(b)); err != nil {
-			return fmt.Errorf("%s: %w", c.templateFile, err)
+		if in.tmpl, err = dataset.ParseTemplate(string(b)); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.templateFile, err)
 		}
 	}
-	sp, err := resolveSpecials(tok, c)
-	if err != nil {
-		return err
+	var err error
+	if in.sp, err = resolveSpecials(in.tok, c); err != nil {
+		return nil, err
 	}
-	enc, err := newEncoder(tok, tmpl, sp, c)
-	if err != nil {
-		return err
+	if in.enc, err = newEncoder(in.tok, in.tmpl, in.sp, c); err != nil {
+		return nil, err
 	}
-	if len(res.Records) == 0 {
-		return fmt.Errorf("%s: no usable records (%d skipped)", c.input, res.Skipped)
-	}
-
-	tRead := time.Now()
-	prog.phase("tokenize", int64(len(res.Records)))
-	exs, st, err := enc.EncodeRecords(ctx, res.Records, res.Samples, c.workers, func(n int) { prog.add(int64(n)) })
-	if err != nil {
-		return err
-	}
-	tTok := time.Now()
-	layout := shard.Layout{SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, PadID: sp.padID}
-	src, err := shard.NewExampleSource(layout, exs)
-	if err != nil {
-		return err
-	}
-	if src.NumRows() < c.ranks {
-		return fmt.Errorf("%d rows for %d ranks: every rank needs at least one row (use fewer --ranks or more data): %w",
-			src.NumRows(), c.ranks, shard.ErrTooFewRows)
-	}
-	stats := shard.Stats{
-		RecordsRead:      int64(len(res.Records)) + res.Skipped,
-		RecordsSkipped:   res.Skipped,
-		RecordsTruncated: st.Truncated,
-		RecordsSplit:     st.Split,
-		InputBytes:       res.RawBytes,
-	}
-	total := int64(c.ranks) * int64((src.NumRows()+c.ranks-1)/c.ranks)
-	prog.phase("write", total)
 	absTok := c.tokenizer
 	if a, err := filepath.Abs(c.tokenizer); err == nil {
 		absTok = a
 	}
-	m, err := shard.WriteDir(ctx, c.out, shard.DirConfig{
+	sp := in.sp
+	in.tokInfo = shard.TokenizerInfo{
+		SHA256: in.tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
+		EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, AddBOS: sp.addBOS, AddEOS: sp.addEOS, Path: absTok,
+	}
+	return in, nil
+}
+
+// shardInput is what writeShards lays out: the examples of the whole input
+// in record order, and what the manifest says about them.
+type shardInput struct {
+	exs       []shard.Example
+	tmpl      *dataset.Template
+	tok       shard.TokenizerInfo
+	input     string
+	stats     shard.Stats // records and input bytes; WriteDir adds the rest
+	createdBy string
+	seconds   func() float64 // stats.seconds, asked just before the manifest is written
+}
+
+// writeShards packs (or pads) the examples into rows, assigns them to
+// ranks and writes c.out: the one implementation behind a single run and
+// commit, so that both give the same bytes.
+func writeShards(ctx context.Context, c *prepConfig, in *shardInput, prog *progress) (*shard.Manifest, error) {
+	layout := shard.Layout{SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, PadID: in.tok.PadID}
+	src, err := shard.NewExampleSource(layout, in.exs)
+	if err != nil {
+		return nil, err
+	}
+	if src.NumRows() < c.ranks {
+		return nil, fmt.Errorf("%d rows for %d ranks: every rank needs at least one row (use fewer --ranks or more data): %w",
+			src.NumRows(), c.ranks, shard.ErrTooFewRows)
+	}
+	total := int64(c.ranks) * int64((src.NumRows()+c.ranks-1)/c.ranks)
+	prog.phase("write", total)
+	return shard.WriteDir(ctx, c.out, shard.DirConfig{
 		SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, Ranks: c.ranks, Seed: c.seed, DropLast: c.dropLast,
 		// Shard files are written by at least 8 writers (when there are
 		// that many ranks): the time goes to write and fsync waits, not CPU.
 		BatchRows: c.batchRows, Workers: max(c.workers, min(c.ranks, 8)), Force: c.force,
-		Template: tmpl.Name, TemplateText: tmpl.Text,
-		Tokenizer: shard.TokenizerInfo{
-			SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
-			EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, AddBOS: sp.addBOS, AddEOS: sp.addEOS, Path: absTok,
-		},
-		CreatedBy: "ferry dataprep (" + runtime.Version() + ")",
-		Input:     c.input,
-		Stats:     stats,
+		Template: in.tmpl.Name, TemplateText: in.tmpl.Text,
+		Tokenizer: in.tok,
+		CreatedBy: in.createdBy,
+		Input:     in.input,
+		Stats:     in.stats,
 		Progress:  func(n int) { prog.add(int64(n)) },
 		BeforeManifest: func(m *shard.Manifest) {
-			m.Stats.Seconds = time.Since(t0).Seconds()
+			m.Stats.Seconds = in.seconds()
 		},
 	}, src)
-	if err != nil {
-		return err
-	}
-	prog.stop()
+}
+
+// newSummary fills a summary from a written manifest.
+func newSummary(c *prepConfig, m *shard.Manifest, format string, rawBytes, bytes int64, secs float64) summary {
 	var outBytes int64
 	for _, f := range m.Files {
 		outBytes += f.Bytes
 	}
-	secs := time.Since(t0).Seconds()
-	s := summary{
-		Out: c.out, Input: c.input, Format: string(res.Format), Mode: string(m.Mode), Labels: string(m.Labels),
+	return summary{
+		Out: c.out, Input: m.Input, Format: format, Mode: string(m.Mode), Labels: string(m.Labels),
 		SeqLen: m.SeqLen, Ranks: m.Ranks, RowsPerRank: m.RowsPerRank, UniqueRows: m.UniqueRows, TotalRows: m.TotalRows,
 		RecordsRead: m.Stats.RecordsRead, RecordsSkipped: m.Stats.RecordsSkipped, RecordsTruncated: m.Stats.RecordsTruncated,
 		RecordsSplit: m.Stats.RecordsSplit, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
-		InputBytes: res.RawBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(res.Bytes) / 1e6 / secs, Workers: c.workers,
-		ReadSeconds: tRead.Sub(t0).Seconds(), TokenizeSeconds: tTok.Sub(tRead).Seconds(), WriteSeconds: time.Since(tTok).Seconds(),
+		InputBytes: rawBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(bytes) / 1e6 / secs, Workers: c.workers,
 	}
+}
+
+// printReport prints the summary: JSON on stdout with --json, text on stderr
+// unless --quiet.
+func printReport(c *prepConfig, s *summary, m *shard.Manifest, stdout, stderr io.Writer) error {
 	if c.jsonOut {
 		b, _ := json.Marshal(s)
 		fmt.Fprintf(stdout, "%s\n", b)
 	}
 	if !c.quiet {
-		printSummary(stderr, &s, m)
+		printSummary(stderr, s, m)
 	}
 	return nil
 }

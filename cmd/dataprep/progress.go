@@ -15,8 +15,9 @@ import (
 // terminal, plain lines every --progress-every otherwise, nothing with
 // --quiet). It is safe for concurrent use; stop ends it.
 type progress struct {
-	p     *cli.Progress
-	start time.Time
+	p      *cli.Progress
+	start  time.Time
+	prefix string // "dataprep", or "dataprep[part I/N]"
 
 	mu    sync.Mutex
 	name  string
@@ -24,8 +25,8 @@ type progress struct {
 	done  atomic.Int64
 }
 
-func newProgress(w io.Writer, quiet bool, every time.Duration) *progress {
-	pr := &progress{start: time.Now()}
+func newProgress(w io.Writer, quiet bool, every time.Duration, prefix string) *progress {
+	pr := &progress{start: time.Now(), prefix: prefix}
 	pr.p = cli.NewProgress(w, quiet, every, pr.line)
 	return pr
 }
@@ -49,12 +50,12 @@ func (p *progress) line() string {
 	done := p.done.Load()
 	el := time.Since(p.start).Seconds()
 	if p.total > 0 {
-		return fmt.Sprintf("dataprep: %-8s %d/%d (%.0f%%) %.1fs", p.name, done, p.total, 100*float64(done)/float64(p.total), el)
+		return fmt.Sprintf("%s: %-8s %d/%d (%.0f%%) %.1fs", p.prefix, p.name, done, p.total, 100*float64(done)/float64(p.total), el)
 	}
-	return fmt.Sprintf("dataprep: %-8s %.1fs", p.name, el)
+	return fmt.Sprintf("%s: %-8s %.1fs", p.prefix, p.name, el)
 }
 
 // logf prints a message line (not suppressed by a terminal line).
-func (p *progress) logf(format string, a ...any) { p.p.Logf("dataprep: "+format, a...) }
+func (p *progress) logf(format string, a ...any) { p.p.Logf(p.prefix+": "+format, a...) }
 
 func (p *progress) stop() { p.p.Stop() }

@@ -30,6 +30,9 @@ var (
 	ErrFormat = errors.New("dataset: unsupported input format")
 	// ErrLimit marks an input beyond a documented limit.
 	ErrLimit = errors.New("dataset: limit exceeded")
+	// ErrSplit marks a JSON Lines byte range whose last record runs past
+	// the range's end (see Plan): the file cannot be split there.
+	ErrSplit = errors.New("dataset: a record crosses the split of a JSON Lines file")
 )
 
 // Format is an input format.
@@ -48,9 +51,10 @@ type Record struct {
 }
 
 // RecordError locates a bad record. Index is the 0-based record number
-// (JSON: element of the array or non-blank line; Parquet: row); Offset is
-// the byte offset in the decompressed input (-1 for Parquet); Line is
-// 1-based (0 for Parquet).
+// (JSON: element of the array or non-blank line; Parquet: row; a byte range
+// of JSON Lines read by ReadPieces: counted from the range's start); Offset
+// is the byte offset in the decompressed input (-1 for Parquet); Line is
+// 1-based (0 for Parquet and for a byte range that does not start the file).
 type RecordError struct {
 	File   string
 	Index  int64
@@ -62,8 +66,11 @@ type RecordError struct {
 
 func (e *RecordError) Error() string {
 	where := fmt.Sprintf("record %d", e.Index)
-	if e.Offset >= 0 {
+	switch {
+	case e.Offset >= 0 && e.Line > 0:
 		where += fmt.Sprintf(" (byte %d, line %d)", e.Offset, e.Line)
+	case e.Offset >= 0:
+		where += fmt.Sprintf(" (byte %d)", e.Offset)
 	}
 	return fmt.Sprintf("%s: %s: %v", e.File, where, e.Err)
 }
@@ -198,11 +205,25 @@ func lineAt(data []byte, off int) int64 {
 }
 
 func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) error) error {
+	return parseJSONRange(name, data, len(data), 0, res, bad)
+}
+
+// parseJSONRange parses data as parseJSON does, except that JSON Lines
+// records are read only while they start before limit (the bytes from
+// limit on are lookahead that belongs to the next range) and that error
+// offsets are reported plus base (data's offset in its file).
+func parseJSONRange(name string, data []byte, limit int, base int64, res *Result, bad func(*RecordError) error) error {
 	s := &jsonScanner{data: data}
-	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+	if base == 0 && bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
 		s.pos = 3
 	}
 	s.ws()
+	line := func(off int) int64 {
+		if base > 0 {
+			return 0 // unknown: the lines before the range were not read
+		}
+		return lineAt(data, off)
+	}
 	syntax := func(idx int64, err error) error {
 		var se *syntaxError
 		off := s.pos
@@ -210,15 +231,19 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 		if errors.As(err, &se) {
 			off, msg = se.off, se.msg
 		}
-		return &RecordError{File: name, Index: idx, Offset: int64(off), Line: lineAt(data, off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
+		return &RecordError{File: name, Index: idx, Offset: base + int64(off), Line: line(off), Err: fmt.Errorf("%w: %s", ErrSyntax, msg)}
 	}
-	if s.pos >= len(data) {
+	if s.pos >= limit {
+		if base > 0 || limit < len(data) {
+			res.Format = JSONLines
+			return nil // a range of blank lines
+		}
 		return fmt.Errorf("%w: %s is empty", ErrEmpty, name)
 	}
 	var idx int64
 	add := func(start int, rec Record, fe *fieldError) error {
 		if fe != nil {
-			return bad(&RecordError{File: name, Index: idx, Offset: int64(start), Line: lineAt(data, start), Field: fe.field, Err: fe})
+			return bad(&RecordError{File: name, Index: idx, Offset: base + int64(start), Line: line(start), Field: fe.field, Err: fe})
 		}
 		res.Records = append(res.Records, rec)
 		res.Samples = append(res.Samples, idx)
@@ -269,8 +294,12 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 		return nil
 	case '{':
 		res.Format = JSONLines
-		for s.pos < len(data) {
+		// lastStart, lastEnd: where the last record (or bad line) began
+		// and where it ended, before the blank bytes after it.
+		lastStart, lastEnd := s.pos, s.pos
+		for s.pos < limit {
 			start := s.pos
+			lastStart = start
 			var rec Record
 			fe, err := s.object(&rec)
 			if err == nil {
@@ -297,6 +326,7 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 					s.pos = len(data)
 				}
 				idx++
+				lastEnd = s.pos
 				s.ws()
 				continue
 			}
@@ -304,7 +334,15 @@ func parseJSON(name string, data []byte, res *Result, bad func(*RecordError) err
 				return err
 			}
 			idx++
+			lastEnd = s.pos
 			s.ws()
+		}
+		if lastEnd > limit && limit < len(data) {
+			// The last record (or the bad line skipped) runs past the end
+			// of the range: the next range would not start where a whole
+			// read goes on.
+			return fmt.Errorf("%w: %s: the record at byte %d (record %d of the range) crosses the range end at byte %d",
+				ErrSplit, name, base+int64(lastStart), idx-1, base+int64(limit))
 		}
 		return nil
 	}

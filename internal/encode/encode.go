@@ -119,21 +119,38 @@ func (e *Encoder) FixedLen() int {
 // with the number of records done after each chunk, from any goroutine.
 // When ctx is done it returns its cause.
 func (e *Encoder) EncodeRecords(ctx context.Context, recs []dataset.Record, samples []int64, workers int, progress func(n int)) ([]shard.Example, Stats, error) {
+	exs, _, st, err := e.EncodeRecordsFlags(ctx, recs, samples, workers, progress)
+	return exs, st, err
+}
+
+// Flags of an example, from EncodeRecordsFlags: what fitting its record
+// into MaxLen did. Stats counts records, so it is the number of examples
+// with each flag.
+const (
+	FlagTruncated uint8 = 1 << 0 // the record was cut to MaxLen
+	FlagSplit     uint8 = 1 << 1 // the first piece of a record split into several
+)
+
+// EncodeRecordsFlags is EncodeRecords that also returns each example's
+// flags (FlagTruncated, FlagSplit), so that a caller that keeps only some
+// of the examples can count its own Stats.
+func (e *Encoder) EncodeRecordsFlags(ctx context.Context, recs []dataset.Record, samples []int64, workers int, progress func(n int)) ([]shard.Example, []uint8, Stats, error) {
 	if samples != nil && len(samples) != len(recs) {
-		return nil, Stats{}, fmt.Errorf("%w: %d samples for %d records", ErrConfig, len(samples), len(recs))
+		return nil, nil, Stats{}, fmt.Errorf("%w: %d samples for %d records", ErrConfig, len(samples), len(recs))
 	}
 	if L := e.c.MaxLen; L > 0 {
 		if n := e.FixedLen(); n >= L {
-			return nil, Stats{}, fmt.Errorf("%w: max length %d, template %s: its fixed text and special tokens alone take %d tokens",
+			return nil, nil, Stats{}, fmt.Errorf("%w: max length %d, template %s: its fixed text and special tokens alone take %d tokens",
 				ErrTooShort, L, e.c.Template.Name, n)
 		}
 	}
 	nchunks := (len(recs) + recordChunk - 1) / recordChunk
 	out := make([][]shard.Example, nchunks)
+	outFlags := make([][]uint8, nchunks)
 	var truncated, split atomic.Int64
 	err := Parallel(ctx, len(recs), workers, recordChunk, func(lo, hi int) error {
 		var st Stats
-		out[lo/recordChunk], st = e.chunk(recs[lo:hi], samples, lo)
+		out[lo/recordChunk], outFlags[lo/recordChunk], st = e.chunk(recs[lo:hi], samples, lo)
 		truncated.Add(st.Truncated)
 		split.Add(st.Split)
 		if progress != nil {
@@ -142,27 +159,30 @@ func (e *Encoder) EncodeRecords(ctx context.Context, recs []dataset.Record, samp
 		return nil
 	})
 	if err != nil {
-		return nil, Stats{}, err
+		return nil, nil, Stats{}, err
 	}
 	n := 0
 	for _, ch := range out {
 		n += len(ch)
 	}
 	exs := make([]shard.Example, 0, n)
-	for _, ch := range out {
+	flags := make([]uint8, 0, n)
+	for i, ch := range out {
 		exs = append(exs, ch...)
+		flags = append(flags, outFlags[i]...)
 	}
-	return exs, Stats{Truncated: truncated.Load(), Split: split.Load()}, nil
+	return exs, flags, Stats{Truncated: truncated.Load(), Split: split.Load()}, nil
 }
 
 // chunk encodes recs (the records from index first on) into one arena and
 // returns their examples.
-func (e *Encoder) chunk(recs []dataset.Record, samples []int64, first int) ([]shard.Example, Stats) {
+func (e *Encoder) chunk(recs []dataset.Record, samples []int64, first int) ([]shard.Example, []uint8, Stats) {
 	L := e.c.MaxLen
 	npre, nsuf := len(e.prefix), len(e.suffix)
 	type span struct {
 		start, end int
 		prompt     int
+		truncated  bool
 	}
 	spans := make([]span, len(recs))
 	arena := make([]int32, 0, len(recs)*96)
@@ -187,13 +207,16 @@ func (e *Encoder) chunk(recs []dataset.Record, samples []int64, first int) ([]sh
 			}
 			prompt = npre + k
 		}
+		truncated := false
 		if L > 0 && !e.c.SplitLong && len(arena)-start > L {
 			arena = arena[:start+truncate(arena[start:], npre, nsuf, L)]
 			st.Truncated++
+			truncated = true
 		}
-		spans[i] = span{start: start, end: len(arena), prompt: prompt}
+		spans[i] = span{start: start, end: len(arena), prompt: prompt, truncated: truncated}
 	}
 	exs := make([]shard.Example, 0, len(recs))
+	flags := make([]uint8, 0, len(recs))
 	for i, s := range spans {
 		sample := int64(first + i)
 		if samples != nil {
@@ -202,18 +225,26 @@ func (e *Encoder) chunk(recs []dataset.Record, samples []int64, first int) ([]sh
 		toks := arena[s.start:s.end:s.end]
 		if L == 0 || len(toks) <= L {
 			exs = append(exs, shard.Example{Sample: sample, Tokens: toks, Prompt: s.prompt})
+			var f uint8
+			if s.truncated {
+				f = FlagTruncated
+			}
+			flags = append(flags, f)
 			continue
 		}
 		st.Split++
 		// Pieces of L ids; each is its own example (position ids restart),
 		// the prompt mask carries over.
+		f := FlagSplit
 		for k := 0; k < len(toks); k += L {
 			end := min(k+L, len(toks))
 			p := min(max(s.prompt-k, 0), end-k)
 			exs = append(exs, shard.Example{Sample: sample, Tokens: toks[k:end:end], Prompt: p})
+			flags = append(flags, f)
+			f = 0
 		}
 	}
-	return exs, st
+	return exs, flags, st
 }
 
 // EncodeTexts encodes texts as they are (no template) on workers goroutines,

@@ -27,6 +27,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 	add(tokenizerJobs(e))
 	add(transformersTokenizeJobs(e))
 	add(dataprepJobs(e))
+	add(partsJobs(e))
 	add(seedPathJobs(e))
 	add(feedJobs(e))
 	add(feedAnchorJobs(e))
