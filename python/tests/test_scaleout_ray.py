@@ -1,0 +1,369 @@
+"""ferry.ray on a real two-node Ray cluster on this machine (issue 18).
+
+Ray's multi-node test cluster (``ray.cluster_utils.Cluster``): a head node
+and a second node, each its own raylet and object store with 1 CPU, started
+by this module and removed after it (only its own processes: no ``ray stop``
+of the machine). ``ferry.ray.prepare`` runs ``dataprep --part I/4`` as Ray
+tasks spread over both nodes and commits them. The workers find dataprep as
+the package does (``$FERRY_DATAPREP``, set in the job's runtime env, is the
+repository's ``cmd/dataprep`` built by the test).
+
+Two failures, both real: a watcher thread finds the processes in /proc and
+
+- SIGKILLs part 1's first ``dataprep`` process mid-run (it has used CPU
+  time: it is loading the tokenizer, reading or tokenizing); the task
+  fails with "killed by SIGKILL" and prepare runs the part again;
+- SIGKILLs the Ray worker process that runs part 2's first try; its
+  dataprep child dies with it (PR_SET_PDEATHSIG), Ray reports the worker
+  lost, and prepare runs the part again.
+
+The committed directory must be byte-identical to one ``dataprep`` run
+with the same inputs and flags: every file, and manifest.json but for
+``stats.seconds`` (a time; docs/parts.md). The input is a directory of four
+files in four formats (JSON array, JSON Lines cut between records by the
+parts, gzip JSON Lines, Parquet).
+
+Marked e2e; it never skips: a missing tool is a failure, and so is a
+dataprep without ``--part``.
+"""
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+import ferry
+import ferry._commands
+import ferry.ray
+from helpers import REPO, build_go_tool
+
+ALPACA_TINY = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
+ALPACA_DEMO = os.path.join(REPO, "testdata", "alpaca", "alpaca_en_demo.json.zst")
+TOKENIZER = os.path.join(REPO, "testdata", "tokenizers", "qwen2.5")
+PARTS = 4
+FLAGS = dict(tokenizer=TOKENIZER, seq_len=256, ranks=3, mode="pack", labels="mask-prompt", seed=7)
+KILL_BINARY, KILL_WORKER = 1, 2  # part 1: its dataprep is killed; part 2: its Ray worker
+CPU_BEFORE_KILL = 0.25  # seconds of CPU the victim has used when it is killed: mid-run
+
+
+e2e = pytest.mark.e2e
+
+
+def flag_args(flags):
+    return [a for k, v in flags.items() for a in ("--" + k.replace("_", "-"), str(v))]
+
+
+# --- unit checks of the pieces that run on the driver ----------------------------
+
+def test_import_ferry_does_not_import_ray():
+    r = subprocess.run([sys.executable, "-c", "import sys, ferry; print('ray' in sys.modules)"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_input_patterns(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    assert ferry.ray._input_patterns(str(d)) == [str(d / "*")]
+    assert ferry.ray._input_patterns(["s3://b/p/", "s3://b/x/*.parquet", "s3://b/k.jsonl"]) == [
+        "s3://b/p/*", "s3://b/x/*.parquet", "s3://b/k.jsonl"]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert ferry.ray._input_patterns("a/*.jsonl") == [str(tmp_path / "a" / "*.jsonl")]
+    finally:
+        os.chdir(cwd)
+    with pytest.raises(ValueError):
+        ferry.ray._input_patterns([])
+
+
+def test_flags():
+    assert ferry.ray._flags(dict(seq_len=128, split_long=True, drop_last=False, eos=None, mode="pack")) == [
+        "--seq-len", "128", "--split-long", "--mode", "pack"]
+    assert ferry.ray._flags(dict(tokenizer="s3://b/tok"))[1] == "s3://b/tok"
+    assert ferry.ray._flags(dict(tokenizer="tok"))[1] == os.path.abspath("tok")
+    with pytest.raises(TypeError, match="out="):
+        ferry.ray._flags(dict(out="x"))
+
+
+def test_find_command(tmp_path, monkeypatch):
+    exe = tmp_path / "dataprep"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("FERRY_DATAPREP", str(exe))
+    assert ferry._commands.find("dataprep") == str(exe)
+    monkeypatch.setenv("FERRY_DATAPREP", str(tmp_path / "nope"))
+    with pytest.raises(ferry._commands.CommandNotFoundError, match="FERRY_DATAPREP"):
+        ferry._commands.find("dataprep")
+    monkeypatch.delenv("FERRY_DATAPREP")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(ferry._commands.sysconfig, "get_path", lambda *a: str(tmp_path / "no-scripts"))
+    assert ferry._commands.find("dataprep") == str(exe)
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(ferry._commands.CommandNotFoundError, match="pip install"):
+        ferry._commands.find("dataprep")
+
+
+# --- the cluster run ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dataprep(tmp_path_factory):
+    """cmd/dataprep of this tree ($FERRY_DATAPREP: a prebuilt one); it must
+    have --part."""
+    exe = os.environ.get("FERRY_DATAPREP")
+    if not exe:
+        try:
+            exe = build_go_tool("cmd/dataprep", str(tmp_path_factory.mktemp("bin")))
+        except RuntimeError as e:
+            pytest.fail(f"ferry.ray's test needs dataprep: {e}")
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    if "--part" not in r.stdout + r.stderr:
+        pytest.fail(f"{exe} has no --part I/N (issue 18's split runs): ferry.ray needs dataprep --part and commit")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """One directory, four files in four formats, read in lexical order."""
+    demo = json.loads(subprocess.run(["zstd", "-dcq", ALPACA_DEMO], check=True, capture_output=True).stdout)
+    with open(ALPACA_TINY) as f:
+        tiny = json.load(f)
+    d = tmp_path_factory.mktemp("inputs")
+    shutil.copy(ALPACA_TINY, d / "a-tiny.json")
+    with open(d / "b-demo-x4.jsonl", "w") as f:  # the big plain JSONL: cut between records
+        for r in demo * 4:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    with gzip.open(d / "c-demo-x2.jsonl.gz", "wt") as f:
+        for r in demo * 2:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    rows = demo + tiny
+    pq.write_table(pa.table({k: [r.get(k, "") for r in rows] for k in ("instruction", "input", "output")}),
+                   d / "d-demo.parquet")
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def cluster(dataprep):
+    """Two Ray nodes of 1 CPU each on this machine; the driver connected,
+    with $FERRY_DATAPREP in the job's environment."""
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    tmp = tempfile.mkdtemp(prefix="ferry-ray-", dir="/tmp")  # short: Ray's socket paths live under it
+    t0 = time.monotonic()
+    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, num_gpus=0, include_dashboard=False,
+                                                          temp_dir=tmp))
+    try:
+        c.add_node(num_cpus=1, num_gpus=0)
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=True,
+                 runtime_env={"env_vars": {"FERRY_DATAPREP": dataprep, "RAY_USAGE_STATS_ENABLED": "0"}})
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        assert len(nodes) == 2, ray.nodes()
+        print(f"two-node Ray cluster up in {time.monotonic() - t0:.1f} s")
+        yield dict(nodes=nodes)
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cpu_seconds(pid):
+    """utime + stime of pid, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == "Z":
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ppid_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid):
+    return cpu_seconds(pid) is not None
+
+
+class Killer(threading.Thread):
+    """Watches /proc for the first try of part KILL_BINARY and of part
+    KILL_WORKER (dataprep processes of exe with --part I/PARTS) and kills
+    them, once each, when they have used CPU_BEFORE_KILL s of CPU."""
+
+    def __init__(self, exe):
+        super().__init__(daemon=True)
+        self.exe = os.path.realpath(exe)
+        self.stop = threading.Event()
+        self.seen = set()
+        self.found = {}  # part -> dataprep pid of its first try
+        self.killed = {}  # part -> (dataprep pid, pid killed, its CPU seconds then)
+        self.missed = {}  # part -> why it could not be killed
+        self.errors = []
+
+    def scan(self):
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or name in self.seen:
+                continue
+            try:
+                exe = os.readlink(f"/proc/{name}/exe")
+                if exe != self.exe:
+                    # a Ray worker, or its fork before the exec of dataprep: looked at again
+                    if "python" not in os.path.basename(exe):
+                        self.seen.add(name)
+                    continue
+                self.seen.add(name)
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    argv = f.read().decode().split("\0")
+            except OSError:
+                continue
+            if "--part" in argv:
+                part = int(argv[argv.index("--part") + 1].split("/")[0])
+                if part in (KILL_BINARY, KILL_WORKER) and part not in self.found:
+                    self.found[part] = int(name)
+
+    def run(self):
+        try:
+            while not self.stop.is_set() and len(self.killed) + len(self.missed) < 2:
+                self.scan()
+                for part, pid in self.found.items():
+                    if part in self.killed or part in self.missed:
+                        continue
+                    cpu = cpu_seconds(pid)
+                    if cpu is None:
+                        self.missed[part] = f"dataprep pid {pid} ended before it had used {CPU_BEFORE_KILL} s of CPU"
+                    elif cpu >= CPU_BEFORE_KILL:
+                        victim = pid if part == KILL_BINARY else ppid_of(pid)
+                        os.kill(victim, signal.SIGKILL)
+                        self.killed[part] = (pid, victim, cpu)
+                time.sleep(0.01)
+        except Exception as e:  # reported by the test
+            self.errors.append(repr(e))
+
+
+@pytest.fixture(scope="module")
+def run(cluster, dataprep, inputs, tmp_path_factory):
+    """ferry.ray.prepare with the two kills, and one plain dataprep run with
+    the same inputs and flags."""
+    root = tmp_path_factory.mktemp("scaleout")
+    out = str(root / "out")
+    killer = Killer(dataprep)
+    killer.start()
+    log = io.StringIO()
+    t0 = time.monotonic()
+    try:
+        with contextlib.redirect_stderr(log):
+            summary = ferry.ray.prepare(inputs, out, parts=PARTS, max_retries=2, **FLAGS)
+    finally:
+        killer.stop.set()
+        killer.join(10)
+        print(log.getvalue())
+    ray_s = time.monotonic() - t0
+    single = str(root / "single")
+    t0 = time.monotonic()
+    r = subprocess.run([dataprep, "--input", os.path.join(inputs, "*"), *flag_args(FLAGS), "--out", single, "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    print(f"ferry.ray.prepare ({PARTS} parts, 2 nodes, 2 kills): {ray_s:.1f} s; "
+          f"one dataprep run: {time.monotonic() - t0:.1f} s")
+    return dict(summary=summary, out=out, single=single, killer=killer, log=log.getvalue())
+
+
+@e2e
+def test_parts_ran_on_both_nodes(run, cluster):
+    runs = run["summary"]["part_runs"]
+    assert [r["part"] for r in runs] == list(range(PARTS))
+    assert {r["node_id"] for r in runs} == set(cluster["nodes"]), [r["node_id"][:8] for r in runs]
+    for r in runs:
+        s = r["summary"]
+        assert (s["part"], s["parts"]) == (r["part"], PARTS), s
+    assert sum(r["summary"]["records"] for r in runs) == run["summary"]["records_read"]
+
+
+@e2e
+def test_killed_parts_were_retried(run):
+    k = run["killer"]
+    assert not k.errors, k.errors
+    assert not k.missed, f"{k.missed}: make the input bigger so the parts run longer"
+    assert sorted(k.killed) == [KILL_BINARY, KILL_WORKER], k.killed
+    runs = run["summary"]["part_runs"]
+    for part, (pid, victim, cpu) in k.killed.items():
+        assert runs[part]["attempts"] == 2, runs[part]
+        assert runs[part]["pid"] != pid
+        assert not alive(pid), f"part {part}'s killed dataprep (pid {pid}) still runs"
+    # the worker's death took its dataprep child with it (no orphan racing the retry)
+    pid, worker, _ = k.killed[KILL_WORKER]
+    assert worker != pid and not alive(worker)
+    for part in set(range(PARTS)) - set(k.killed):
+        assert runs[part]["attempts"] == 1, runs[part]
+    log = run["log"]
+    assert re.search(rf"part {KILL_BINARY}/{PARTS} attempt 1 failed: .*killed by SIGKILL", log), log
+    assert re.search(rf"part {KILL_WORKER}/{PARTS} attempt 1 failed: ", log), log
+    assert f"part {KILL_WORKER}/{PARTS} done" in log and "committed" in log
+
+
+def listing(d):
+    out = []
+    for dirpath, dirnames, filenames in os.walk(d):
+        rel = os.path.relpath(dirpath, d)
+        if rel == "parts":  # the parts (dataprep --parts default OUT/parts)
+            dirnames[:] = []
+            continue
+        out += [os.path.normpath(os.path.join(rel, f)) for f in filenames]
+    return sorted(out)
+
+
+SECONDS = re.compile(rb'("seconds":\s*)[0-9.eE+-]+')
+
+
+@e2e
+def test_committed_output_is_byte_identical_to_one_run(run):
+    got, want = run["out"], run["single"]
+    assert listing(got) == listing(want)
+    assert "manifest.json" in listing(want) and any(f.endswith(".arrow") for f in listing(want))
+    assert os.listdir(os.path.join(got, "parts"))  # the parts were there, beside the result
+    for name in listing(want):
+        with open(os.path.join(got, name), "rb") as f:
+            a = f.read()
+        with open(os.path.join(want, name), "rb") as f:
+            b = f.read()
+        if name == "manifest.json":
+            assert len(SECONDS.findall(a)) == 1
+            a, b = SECONDS.sub(rb"\g<1>0", a), SECONDS.sub(rb"\g<1>0", b)
+        assert a == b, f"{name} differs from the single run's"
+    s = run["summary"]
+    m = ferry.read_manifest(got)
+    assert (m.ranks, m.seq_len, m.mode) == (FLAGS["ranks"], FLAGS["seq_len"], FLAGS["mode"])
+    assert s["ranks"] == FLAGS["ranks"]
+
+
+@e2e
+def test_usage_error_fails_at_once_with_the_stderr_tail(cluster, inputs, tmp_path):
+    """A bad flag is not retried: the first try's error, with dataprep's
+    stderr, reaches the caller; no part and no output is committed."""
+    out = str(tmp_path / "out")
+    t0 = time.monotonic()
+    with pytest.raises(ferry.ray.PartError) as e:
+        ferry.ray.prepare(inputs, out, parts=2, max_retries=3, **dict(FLAGS, seq_len=0))
+    assert e.value.returncode == 2
+    assert "--seq-len 0" in str(e.value) and "usage error" in str(e.value)
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    print(f"usage error reported in {time.monotonic() - t0:.1f} s")
