@@ -30,6 +30,10 @@ Public API:
   (needs pyarrow and datasets; ``Dataset.from_file`` cannot read the Arrow
   IPC file format, see :mod:`ferry.hf`).
 * errors: :class:`FerryError` and its subclasses.
+
+Optional, imported on its own: ``ferry.ray`` (needs Ray) - :func:`ferry.ray.prepare`
+runs ``dataprep --part I/N`` as Ray tasks over a cluster, then ``dataprep commit``
+(docs/scale-out.md). ``import ferry`` never imports Ray.
 """
 
 from .dist import DistInfo, resolve as resolve_dist
