@@ -260,6 +260,8 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
     """
     if not ray.is_initialized():
         ray.init()
+    if isinstance(dataprep_args, (str, bytes)):
+        raise TypeError("ferry.ray.prepare: dataprep_args is a list of flags, not one string")
     patterns = _input_patterns(inputs)
     out = _local(out)
     if "workers" not in options:

@@ -218,25 +218,35 @@ class Killer(threading.Thread):
         self.killed = {}  # part -> (dataprep pid, pid killed, its CPU seconds then)
         self.missed = {}  # part -> why it could not be killed
         self.errors = []
+        self.sightings = []  # (time, part, pid) of every dataprep --part process seen
 
     def scan(self):
+        # Keyed by (pid, start time): pids are reused quickly here, so a pid
+        # seen as another process before may be dataprep now.
         for name in os.listdir("/proc"):
-            if not name.isdigit() or name in self.seen:
+            if not name.isdigit():
                 continue
             try:
-                exe = os.readlink(f"/proc/{name}/exe")
-                if exe != self.exe:
-                    # a Ray worker, or its fork before the exec of dataprep: looked at again
-                    if "python" not in os.path.basename(exe):
-                        self.seen.add(name)
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+                if stat[stat.index("(") + 1:stat.rindex(")")] != "dataprep":  # a Ray worker before its exec too
                     continue
-                self.seen.add(name)
+                key = (name, stat.rsplit(")", 1)[1].split()[19])
+                if key in self.seen:
+                    continue
+                if os.readlink(f"/proc/{name}/exe") != self.exe:
+                    self.seen.add(key)
+                    continue
                 with open(f"/proc/{name}/cmdline", "rb") as f:
                     argv = f.read().decode().split("\0")
-            except OSError:
+            except (OSError, ValueError, IndexError):
                 continue
+            if len(argv) < 2:  # in exec: comm is set before the arguments are
+                continue
+            self.seen.add(key)
             if "--part" in argv:
                 part = int(argv[argv.index("--part") + 1].split("/")[0])
+                self.sightings.append((time.monotonic(), part, int(name)))
                 if part in (KILL_BINARY, KILL_WORKER) and part not in self.found:
                     self.found[part] = int(name)
 
@@ -254,7 +264,7 @@ class Killer(threading.Thread):
                         victim = pid if part == KILL_BINARY else ppid_of(pid)
                         os.kill(victim, signal.SIGKILL)
                         self.killed[part] = (pid, victim, cpu)
-                time.sleep(0.01)
+                time.sleep(0.02)
         except Exception as e:  # reported by the test
             self.errors.append(repr(e))
 
@@ -303,7 +313,7 @@ def test_killed_parts_were_retried(run):
     k = run["killer"]
     assert not k.errors, k.errors
     assert not k.missed, f"{k.missed}: make the input bigger so the parts run longer"
-    assert sorted(k.killed) == [KILL_BINARY, KILL_WORKER], k.killed
+    assert sorted(k.killed) == [KILL_BINARY, KILL_WORKER], (k.killed, k.sightings)
     runs = run["summary"]["part_runs"]
     for part, (pid, victim, cpu) in k.killed.items():
         assert runs[part]["attempts"] == 2, runs[part]
@@ -334,12 +344,9 @@ def listing(d):
 SECONDS = re.compile(rb'("seconds":\s*)[0-9.eE+-]+')
 
 
-@e2e
-def test_committed_output_is_byte_identical_to_one_run(run):
-    got, want = run["out"], run["single"]
+def assert_same_output(got, want):
     assert listing(got) == listing(want)
     assert "manifest.json" in listing(want) and any(f.endswith(".arrow") for f in listing(want))
-    assert os.listdir(os.path.join(got, "parts"))  # the parts were there, beside the result
     for name in listing(want):
         with open(os.path.join(got, name), "rb") as f:
             a = f.read()
@@ -349,10 +356,33 @@ def test_committed_output_is_byte_identical_to_one_run(run):
             assert len(SECONDS.findall(a)) == 1
             a, b = SECONDS.sub(rb"\g<1>0", a), SECONDS.sub(rb"\g<1>0", b)
         assert a == b, f"{name} differs from the single run's"
+
+
+@e2e
+def test_committed_output_is_byte_identical_to_one_run(run):
+    got = run["out"]
+    assert os.listdir(os.path.join(got, "parts"))  # the parts were there, beside the result
+    assert_same_output(got, run["single"])
     s = run["summary"]
     m = ferry.read_manifest(got)
     assert (m.ranks, m.seq_len, m.mode) == (FLAGS["ranks"], FLAGS["seq_len"], FLAGS["mode"])
     assert s["ranks"] == FLAGS["ranks"]
+
+
+@e2e
+def test_other_n_and_parts_dir_give_the_same_output(run, inputs, tmp_path):
+    """N = 2 instead of 4, the inputs as a list of files instead of their
+    directory, the parts in a directory of their own (--parts): the same
+    bytes as the single run."""
+    out, parts = str(tmp_path / "out"), str(tmp_path / "parts-elsewhere")
+    files = [os.path.join(inputs, n) for n in sorted(os.listdir(inputs))]
+    t0 = time.monotonic()
+    s = ferry.ray.prepare(files, out, parts=2, parts_dir=parts, progress=False, **FLAGS)
+    print(f"ferry.ray.prepare (2 parts, --parts elsewhere): {time.monotonic() - t0:.1f} s")
+    assert [r["attempts"] for r in s["part_runs"]] == [1, 1]
+    assert not os.path.exists(os.path.join(out, "parts"))
+    assert sorted(os.listdir(parts)) == [f"part-0000{i}-of-00002.{ext}" for i in range(2) for ext in ("bin", "json")]
+    assert_same_output(out, run["single"])
 
 
 @e2e
