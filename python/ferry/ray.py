@@ -35,7 +35,9 @@ environment's scripts directory, then PATH; or ``binary=``):
 Every node must see ``OUT`` and the parts: an ``s3://`` prefix, or a shared
 file system mounted at the same path everywhere (local paths are made
 absolute on the driver). A node's local disk works only on a one-node
-cluster.
+cluster. The parts stay where they are after the commit (delete them when
+the result is checked); give each run its own parts location, since a
+location that holds parts of another N makes the commit fail.
 
 Progress: each part's dataprep progress lines (``dataprep[part 2/8]:
 tokenize ...``) go to its task's stderr, which Ray shows on the driver
@@ -342,7 +344,13 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
     say(f"commit {out}")
     t1 = time.monotonic()
     commit_task = _remote_run.options(**dict(base, max_retries=max_retries))  # Ray retries it if its worker dies
-    res = ray.get(commit_task.remote(binary, commit_args, f"commit {out}", progress))
+    try:
+        res = ray.get(commit_task.remote(binary, commit_args, f"commit {out}", progress))
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, PartError):
+            say(f"commit failed: {str(e.cause).splitlines()[0]}")
+            raise PartError(f"ferry.ray: {e.cause}", e.cause.returncode, e.cause.stderr_tail) from e
+        raise
     summary = dict(res["summary"])
     say(f"committed {out} on {res['host']} in {time.monotonic() - t1:.1f} s; {n} parts + commit in "
         f"{time.monotonic() - t0:.1f} s")
