@@ -117,3 +117,10 @@ def test_wheel_installs_without_go(wheels, tmp_path):
     assert r.returncode == 0, r.stderr
     got_version, got_file = r.stdout.split()
     assert got_version == version and got_file.startswith(purelib), r.stdout
+    # the package finds the wheel's commands beside it when the venv's bin is
+    # not on PATH (a Ray worker or a cron job started with venv/bin/python)
+    for cmd in COMMANDS:
+        r = subprocess.run([str(py), "-c", f"import ferry._commands as c; print(c.find({cmd!r}))"],
+                           env=dict(env, PATH="/usr/bin:/bin"), capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(venv / "bin" / cmd), r.stdout
