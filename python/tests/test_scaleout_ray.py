@@ -21,7 +21,10 @@ The committed directory must be byte-identical to one ``dataprep`` run
 with the same inputs and flags: every file, and manifest.json but for
 ``stats.seconds`` (a time; docs/parts.md). The input is a directory of four
 files in four formats (JSON array, JSON Lines cut between records by the
-parts, gzip JSON Lines, Parquet).
+parts, gzip JSON Lines, Parquet). Then again with the input as an s3://
+prefix and the parts and the output on S3 (a local versitygw, as in the Go
+tests), and with another N, a list of files and a separate parts directory:
+the same bytes each time.
 
 Marked e2e; it never skips: a missing tool is a failure, and so is a
 dataprep without ``--part``.
@@ -35,11 +38,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,7 +55,7 @@ import ray
 import ferry
 import ferry._commands
 import ferry.ray
-from helpers import REPO, build_go_tool
+from helpers import REPO, build_go_tool, go_binary, need
 
 ALPACA_TINY = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
 ALPACA_DEMO = os.path.join(REPO, "testdata", "alpaca", "alpaca_en_demo.json.zst")
@@ -157,10 +163,61 @@ def inputs(tmp_path_factory):
     return str(d)
 
 
+def versitygw_binary():
+    found = shutil.which("versitygw")
+    if found:
+        return found
+    gopath = subprocess.run([go_binary(), "env", "GOPATH"], capture_output=True, text=True).stdout.strip()
+    cand = os.path.join(gopath, "bin", "versitygw")
+    return cand if os.path.exists(cand) else None
+
+
 @pytest.fixture(scope="module")
-def cluster(dataprep):
+def s3(inputs, tmp_path_factory):
+    """A real S3 server (versitygw, POSIX back end, as the Go tests use) on
+    127.0.0.1, bucket "ferry" holding the inputs under in/; its objects are
+    plain files under root/ferry/, read back directly by the test."""
+    exe = versitygw_binary()
+    need("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; scripts/setup-test-deps)", exe)
+    root = tmp_path_factory.mktemp("s3")
+    shutil.copytree(inputs, root / "ferry" / "in")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "ferrytest",
+           "AWS_SECRET_ACCESS_KEY": "ferrytestsecret0123456789", "AWS_REGION": "us-east-1"}
+    log = open(root / "versitygw.log", "w+")
+    proc = subprocess.Popen([exe, "--access", env["AWS_ACCESS_KEY_ID"], "--secret", env["AWS_SECRET_ACCESS_KEY"],
+                             "--region", env["AWS_REGION"], "--port", f"127.0.0.1:{port}", "--quiet", "posix",
+                             str(root)], stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, ROOT_ACCESS_KEY_ID="", ROOT_SECRET_ACCESS_KEY=""))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"versitygw exited {proc.returncode} at start:\n{log.read()}")
+            try:
+                urllib.request.urlopen(env["AWS_ENDPOINT_URL"] + "/", timeout=1)
+                break
+            except urllib.error.HTTPError:  # it answers (403 without a signature): up
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("versitygw did not answer within 30 s")
+                time.sleep(0.05)
+        yield dict(env=env, bucket=root / "ferry")
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(dataprep, s3):
     """Two Ray nodes of 1 CPU each on this machine; the driver connected,
-    with $FERRY_DATAPREP in the job's environment."""
+    with $FERRY_DATAPREP and the S3 server's settings in the job's
+    environment."""
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -172,7 +229,7 @@ def cluster(dataprep):
         c.add_node(num_cpus=1, num_gpus=0)
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=True,
-                 runtime_env={"env_vars": {"FERRY_DATAPREP": dataprep, "RAY_USAGE_STATS_ENABLED": "0"}})
+                 runtime_env={"env_vars": {"FERRY_DATAPREP": dataprep, "RAY_USAGE_STATS_ENABLED": "0", **s3["env"]}})
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         assert len(nodes) == 2, ray.nodes()
         print(f"two-node Ray cluster up in {time.monotonic() - t0:.1f} s")
@@ -383,6 +440,22 @@ def test_other_n_and_parts_dir_give_the_same_output(run, inputs, tmp_path):
     assert not os.path.exists(os.path.join(out, "parts"))
     assert sorted(os.listdir(parts)) == [f"part-0000{i}-of-00002.{ext}" for i in range(2) for ext in ("bin", "json")]
     assert_same_output(out, run["single"])
+
+
+@e2e
+def test_on_s3(cluster, dataprep, s3):
+    """Inputs as an s3:// prefix, parts and output on S3 (the local test
+    server): the same bytes as a single run from and to S3."""
+    t0 = time.monotonic()
+    s = ferry.ray.prepare("s3://ferry/in/", "s3://ferry/out", parts=3, progress=False, **FLAGS)
+    print(f"ferry.ray.prepare on S3 (3 parts): {time.monotonic() - t0:.1f} s")
+    assert s["input"].startswith("s3://ferry/in/a-tiny.json, ") and [r["attempts"] for r in s["part_runs"]] == [1] * 3
+    assert sorted(os.listdir(s3["bucket"] / "out" / "parts")) == [
+        f"part-0000{i}-of-00003.{ext}" for i in range(3) for ext in ("bin", "json")]
+    r = subprocess.run([dataprep, "--input", "s3://ferry/in/*", *flag_args(FLAGS), "--out", "s3://ferry/single",
+                        "--quiet"], capture_output=True, text=True, timeout=300, env=dict(os.environ, **s3["env"]))
+    assert r.returncode == 0, r.stderr
+    assert_same_output(str(s3["bucket"] / "out"), str(s3["bucket"] / "single"))
 
 
 @e2e
