@@ -75,12 +75,14 @@ _TAIL_LINES = 40
 
 class PartError(FerryError, RuntimeError):
     """A dataprep run in a Ray task failed: a part, or the commit. ``args``
-    are (message, returncode, stderr tail) so that it crosses Ray intact."""
+    are (message, returncode, stderr tail, node id) so that it crosses Ray
+    intact; ``node_id`` is the Ray node it ran on."""
 
-    def __init__(self, message, returncode=None, stderr_tail=""):
-        super().__init__(message, returncode, stderr_tail)
+    def __init__(self, message, returncode=None, stderr_tail="", node_id=None):
+        super().__init__(message, returncode, stderr_tail, node_id)
         self.returncode = returncode
         self.stderr_tail = stderr_tail
+        self.node_id = node_id
 
     def __str__(self):
         return self.args[0]
@@ -179,7 +181,8 @@ def _run_dataprep(binary, args, label, progress):
     out = proc.stdout.read().decode("utf-8", "replace")
     rc = proc.wait()
     t.join()
-    where = f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]}, pid {proc.pid})"
+    node = ray.get_runtime_context().get_node_id()
+    where = f"{socket.gethostname()} (node {node[:8]}, pid {proc.pid})"
     if rc != 0:
         if rc < 0:
             try:
@@ -190,15 +193,15 @@ def _run_dataprep(binary, args, label, progress):
             how = f"exited {rc}"
         stderr = "\n".join(tail)
         raise PartError(f"{label}: {exe} {how} on {where}\n  command: {exe} {' '.join(args)}\n"
-                        f"  stderr (last {len(tail)} lines):\n{stderr}", rc, stderr)
+                        f"  stderr (last {len(tail)} lines):\n{stderr}", rc, stderr, node)
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
         summary = json.loads(lines[-1])
     except (IndexError, ValueError) as e:
         raise PartError(f"{label}: {exe} exited 0 on {where} but printed no JSON summary on stdout "
-                        f"({out[-500:]!r}): {e}", 0, "\n".join(tail)) from None
-    return {"summary": summary, "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-            "pid": proc.pid, "seconds": time.monotonic() - t0}
+                        f"({out[-500:]!r}): {e}", 0, "\n".join(tail), node) from None
+    return {"summary": summary, "node_id": node, "host": socket.gethostname(), "pid": proc.pid,
+            "seconds": time.monotonic() - t0}
 
 
 _remote_run = ray.remote(_run_dataprep)
@@ -224,7 +227,9 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
     """Runs ``dataprep`` over the Ray cluster as N parts, then commits them
     into OUT; returns the commit's ``--json`` summary (a dict) with one
     more key, ``"part_runs"``: per part, the node it finished on, its host,
-    dataprep's pid, the attempts it took, its seconds and its own summary.
+    dataprep's pid, the attempts it took, its seconds, its own summary and
+    its failed attempts (``failures``: attempt, error line, the node when
+    known; a lost worker's is not).
 
     Args:
         inputs: the input files: a path or ``s3://`` key, a glob
@@ -295,6 +300,7 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
     say(f"{n} parts of {shown} -> {out} over {sum(1 for x in ray.nodes() if x.get('Alive'))} nodes")
     pending = dict(submit(i, 1) for i in range(n))
     runs = [None] * n
+    failures = [[] for _ in range(n)]
     totals = collections.Counter()
     try:
         while pending:
@@ -312,14 +318,15 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
                         say(f"part {i}/{n} failed ({why}): {first}")
                         if isinstance(cause, PartError):
                             raise PartError(f"ferry.ray: part {i}/{n} failed after {why}: {cause}",
-                                            cause.returncode, cause.stderr_tail) from e
+                                            cause.returncode, cause.stderr_tail, cause.node_id) from e
                         raise
+                    failures[i].append({"attempt": attempt, "error": first, "node_id": getattr(cause, "node_id", None)})
                     say(f"part {i}/{n} attempt {attempt} failed: {first}; retrying ({attempt}/{max_retries})")
                     ref2, key = submit(i, attempt + 1)
                     pending[ref2] = key
                     continue
                 s = res["summary"]
-                res.update(part=i, attempts=attempt)
+                res.update(part=i, attempts=attempt, failures=failures[i])
                 runs[i] = res
                 totals["parts"] += 1
                 for k in ("records", "tokens", "input_bytes"):
@@ -349,7 +356,7 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
     except ray.exceptions.RayTaskError as e:
         if isinstance(e.cause, PartError):
             say(f"commit failed: {str(e.cause).splitlines()[0]}")
-            raise PartError(f"ferry.ray: {e.cause}", e.cause.returncode, e.cause.stderr_tail) from e
+            raise PartError(f"ferry.ray: {e.cause}", e.cause.returncode, e.cause.stderr_tail, e.cause.node_id) from e
         raise
     summary = dict(res["summary"])
     say(f"committed {out} on {res['host']} in {time.monotonic() - t1:.1f} s; {n} parts + commit in "
