@@ -283,8 +283,10 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
     n = int(parts) if parts is not None else _default_parts(num_cpus_per_part)
     if n < 1:
         raise ValueError(f"ferry.ray.prepare: parts={n}: want >= 1")
-    base = dict(num_cpus=num_cpus_per_part, max_retries=0, **(ray_options or {}))
-    part_task = _remote_run.options(scheduling_strategy="SPREAD", **base)
+    # max_retries=0: prepare retries the parts itself (it counts the attempts
+    # and does not retry a usage error); ray_options may override any of these.
+    base = {"num_cpus": num_cpus_per_part, "max_retries": 0, **(ray_options or {})}
+    part_task = _remote_run.options(**{"scheduling_strategy": "SPREAD", **base})
 
     def say(msg):
         if progress:
@@ -350,7 +352,7 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
         commit_args.append("--quiet")
     say(f"commit {out}")
     t1 = time.monotonic()
-    commit_task = _remote_run.options(**dict(base, max_retries=max_retries))  # Ray retries it if its worker dies
+    commit_task = _remote_run.options(**{**base, "max_retries": max_retries})  # Ray reruns it if its worker dies
     try:
         res = ray.get(commit_task.remote(binary, commit_args, f"commit {out}", progress))
     except ray.exceptions.RayTaskError as e:
