@@ -344,6 +344,11 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
                 ray.cancel(ref, force=True)
             except Exception:  # already finished or gone: nothing to stop
                 pass
+        for ref in pending:  # collect them, so that Ray does not report their errors as unhandled
+            try:
+                ray.get(ref, timeout=30)
+            except Exception:
+                pass
 
     commit_args = ["commit", out, *loc, "--workers", str(options["workers"]), "--json"]
     if options.get("force"):
