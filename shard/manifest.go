@@ -196,15 +196,25 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return DecodeManifest(p, f)
 }
 
-// DecodeManifest decodes and validates a manifest read from r; name is used
-// in errors.
-func DecodeManifest(name string, r io.Reader) (*Manifest, error) {
+// readManifestBytes reads a manifest or part manifest of at most
+// MaxManifestBytes from r; name is used in errors.
+func readManifestBytes(name string, r io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxManifestBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("shard: %s: %w", name, err)
 	}
 	if len(data) > MaxManifestBytes {
 		return nil, fmt.Errorf("%w: %s: larger than %d bytes", ErrCorrupt, name, MaxManifestBytes)
+	}
+	return data, nil
+}
+
+// DecodeManifest decodes and validates a manifest read from r; name is used
+// in errors.
+func DecodeManifest(name string, r io.Reader) (*Manifest, error) {
+	data, err := readManifestBytes(name, r)
+	if err != nil {
+		return nil, err
 	}
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(data))

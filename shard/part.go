@@ -347,12 +347,9 @@ func EncodePartManifest(m *PartManifest) ([]byte, error) {
 // DecodePartManifest decodes and validates a part manifest read from r;
 // name is used in errors.
 func DecodePartManifest(name string, r io.Reader) (*PartManifest, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxManifestBytes+1))
+	data, err := readManifestBytes(name, r)
 	if err != nil {
-		return nil, fmt.Errorf("shard: %s: %w", name, err)
-	}
-	if len(data) > MaxManifestBytes {
-		return nil, fmt.Errorf("%w: %s: larger than %d bytes", ErrCorrupt, name, MaxManifestBytes)
+		return nil, err
 	}
 	var m PartManifest
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -144,17 +144,7 @@ func Parse(name string, raw []byte, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	res := &Result{Bytes: int64(len(data)), RawBytes: int64(len(raw))}
-	onBad := opt.OnBad
-	if onBad == nil {
-		onBad = func(e *RecordError) error { return e }
-	}
-	bad := func(e *RecordError) error {
-		if err := onBad(e); err != nil {
-			return err
-		}
-		res.Skipped++
-		return nil
-	}
+	bad := res.badRecords(opt)
 	if len(data) >= 4 && string(data[:4]) == "PAR1" {
 		res.Format = Parquet
 		err = parseParquet(name, data, res, bad)
@@ -168,6 +158,23 @@ func Parse(name string, raw []byte, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("%w: %s has no records", ErrEmpty, name)
 	}
 	return res, nil
+}
+
+// badRecords returns the handler of a bad record: opt.OnBad (by default,
+// stop with the record's error); a record it lets pass is counted in
+// res.Skipped.
+func (res *Result) badRecords(opt Options) func(*RecordError) error {
+	onBad := opt.OnBad
+	if onBad == nil {
+		onBad = func(e *RecordError) error { return e }
+	}
+	return func(e *RecordError) error {
+		if err := onBad(e); err != nil {
+			return err
+		}
+		res.Skipped++
+		return nil
+	}
 }
 
 func decompress(raw []byte, limit int64) ([]byte, error) {

@@ -270,17 +270,7 @@ func readRange(ctx context.Context, p Piece, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", p.File, err)
 	}
 	res := &Result{Bytes: p.End - p.Off, RawBytes: p.End - p.Off}
-	onBad := opt.OnBad
-	if onBad == nil {
-		onBad = func(e *RecordError) error { return e }
-	}
-	bad := func(e *RecordError) error {
-		if err := onBad(e); err != nil {
-			return err
-		}
-		res.Skipped++
-		return nil
-	}
+	bad := res.badRecords(opt)
 	if err := parseJSONRange(p.File, data, int(p.End-p.Off), p.Off, res, bad); err != nil {
 		return nil, err
 	}
