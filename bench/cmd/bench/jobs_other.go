@@ -185,7 +185,9 @@ func (e *env) checkpoint(gen string) (string, string, string, error) {
 		os.RemoveAll(dir)
 		os.RemoveAll(hf)
 		e.logf("generating the checkpoint %s (and %s) with %s", dir, hf, gen)
-		out := e.output(e.c.python, append([]string{gen, dir, "--hf-out", hf}, args...)...)
+		// outputOK: no time limit (the full checkpoint takes a minute or
+		// more; e.output's 30 s limit killed it) and stderr in the error
+		out, _ := e.outputOK(nil, append([]string{e.c.python, gen, dir, "--hf-out", hf}, args...)...)
 		if _, err := os.Stat(filepath.Join(dir, ".metadata")); err != nil {
 			return "", "", "", fmt.Errorf("%s %s wrote no .metadata (%s)", gen, strings.Join(args, " "), oneLine(out, 200))
 		}
