@@ -137,20 +137,16 @@ func seedPathJobs(e *env) ([]harness.Job, []string) {
 // checkSeedPath: both sides delivered a 4 × 1024 first batch on every rank
 // from the same number of rows.
 func checkSeedPath(ferryOut, seedOut string, ranks int) (string, error) {
+	v, err := readBenchLines(ferryOut, seedOut)
+	if err != nil {
+		return "", err
+	}
 	var rows [2]float64
 	for i, p := range []string{ferryOut, seedOut} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return "", err
+		if int(v[i]["ranks"]) != ranks {
+			return "", fmt.Errorf("%s: %v ranks, want %d", p, v[i]["ranks"], ranks)
 		}
-		v, err := harness.ParseBenchLine(b)
-		if err != nil || v == nil {
-			return "", fmt.Errorf("%s: no bench line (%v)", p, err)
-		}
-		if int(v["ranks"]) != ranks {
-			return "", fmt.Errorf("%s: %v ranks, want %d", p, v["ranks"], ranks)
-		}
-		rows[i] = v["rows"]
+		rows[i] = v[i]["rows"]
 	}
 	if rows[0] != rows[1] {
 		return "", fmt.Errorf("ferry's shards hold %.0f rows, the seed's DistributedSampler goes through %.0f", rows[0], rows[1])
@@ -276,18 +272,11 @@ func feedAnchorJobs(e *env) ([]harness.Job, []string) {
 
 // checkConvert: both conversions wrote every record as one row.
 func checkConvert(ferryOut, anchorOut string) (string, error) {
-	var rows [2]float64
-	for i, p := range []string{ferryOut, anchorOut} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return "", err
-		}
-		v, err := harness.ParseBenchLine(b)
-		if err != nil || v == nil {
-			return "", fmt.Errorf("%s: no bench line (%v)", p, err)
-		}
-		rows[i] = v["rows"]
+	v, err := readBenchLines(ferryOut, anchorOut)
+	if err != nil {
+		return "", err
 	}
+	rows := [2]float64{v[0]["rows"], v[1]["rows"]}
 	if rows[0] != rows[1] || rows[0] == 0 {
 		return "", fmt.Errorf("ferry wrote %.0f rows, the anchor %.0f", rows[0], rows[1])
 	}
@@ -356,17 +345,26 @@ func transformersTokenizeJobs(e *env) ([]harness.Job, []string) {
 	return []harness.Job{j}, []string{"tokenize " + t.name + " alpaca transformers per row: " + desc}
 }
 
-// compareCounts compares the lines and tokens two tokenizer bench lines report.
-func compareCounts(ferryOut, hfOut string) (string, error) {
-	var v [2]map[string]float64
-	for i, p := range []string{ferryOut, hfOut} {
+// readBenchLines reads the {"bench"} line of each output file, in order.
+func readBenchLines(paths ...string) ([]map[string]float64, error) {
+	v := make([]map[string]float64, len(paths))
+	for i, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if v[i], err = harness.ParseBenchLine(b); err != nil || v[i] == nil {
-			return "", fmt.Errorf("%s: no bench line (%v)", p, err)
+			return nil, fmt.Errorf("%s: no bench line (%v)", p, err)
 		}
+	}
+	return v, nil
+}
+
+// compareCounts compares the lines and tokens two tokenizer bench lines report.
+func compareCounts(ferryOut, hfOut string) (string, error) {
+	v, err := readBenchLines(ferryOut, hfOut)
+	if err != nil {
+		return "", err
 	}
 	for _, k := range []string{"lines", "tokens"} {
 		if v[0][k] != v[1][k] {
