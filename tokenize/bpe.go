@@ -11,9 +11,10 @@ import (
 // (the byte-level characters of tokenizer.json decoded), so that the text is
 // never converted to byte-level characters.
 type bpeModel struct {
-	vocab        map[string]int32  // raw bytes -> id, byte-level tokens only
-	byteID       [256]int32        // id of each single byte, -1 when absent
-	merges       map[uint64]uint64 // left<<32|right -> rank<<32|merged
+	vocab        map[string]int32 // raw bytes -> id, byte-level tokens only
+	byteID       [256]int32       // id of each single byte, -1 when absent
+	merges       mergeTable       // left<<32|right -> rank<<32|merged
+	bytePairs    []uint64         // byte<<8|byte -> the merge of their ids (noRank<<32: none); nil when charLevel
 	ignoreMerges bool
 	unkID        int32 // -1 when there is no unk_token
 	fuseUnk      bool
@@ -34,7 +35,7 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 
 // merge returns the rank and merged id of the pair (a, b).
 func (m *bpeModel) merge(a, b int32) (rank uint32, merged int32) {
-	v, ok := m.merges[pairKey(a, b)]
+	v, ok := m.merges.get(pairKey(a, b))
 	if !ok {
 		return noRank, -1
 	}
@@ -94,35 +95,55 @@ func (m *bpeModel) appendBPE(dst []int32, word string, sc *scratch) []int32 {
 	if len(ids) >= heapThreshold {
 		return m.mergeHeap(dst, ids, sc)
 	}
-	return m.mergeSmall(dst, ids, sc)
+	if m.bytePairs == nil {
+		word = "" // ids are not the ids of word's bytes one to one
+	}
+	return m.mergeSmall(dst, ids, word, sc)
 }
 
-func (m *bpeModel) mergeSmall(dst []int32, ids []int32, sc *scratch) []int32 {
+// mergeSmall merges ids; word, when not "", is the bytes whose ids they are
+// (one id per byte), so that the first round reads m.bytePairs.
+func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch) []int32 {
 	n := len(ids)
 	if n <= 1 {
 		return append(dst, ids...)
 	}
 	ranks := sc.ranks[:0]
 	merged := sc.nexts[:0]
-	for i := 0; i+1 < n; i++ {
-		r, id := m.merge(ids[i], ids[i+1])
-		ranks = append(ranks, r)
-		merged = append(merged, id)
+	if word != "" {
+		bp := m.bytePairs[:1<<16]
+		for i := 0; i+1 < n; i++ {
+			v := bp[uint16(word[i])<<8|uint16(word[i+1])]
+			ranks = append(ranks, uint32(v>>32))
+			merged = append(merged, int32(uint32(v)))
+		}
+	} else {
+		for i := 0; i+1 < n; i++ {
+			r, id := m.merge(ids[i], ids[i+1])
+			ranks = append(ranks, r)
+			merged = append(merged, id)
+		}
 	}
 	for n > 1 {
-		best, bi := uint32(noRank), -1
+		// The lowest rank, the leftmost among equals: the least rank<<32|i,
+		// found without a branch per pair (min is a conditional move).
+		best := uint64(math.MaxUint64)
 		for i, r := range ranks[:n-1] {
-			if r < best {
-				best, bi = r, i
-			}
+			best = min(best, uint64(r)<<32|uint64(i))
 		}
-		if bi < 0 {
+		if uint32(best>>32) == noRank {
 			break
 		}
+		bi := int(uint32(best))
 		ids[bi] = merged[bi]
-		copy(ids[bi+1:n-1], ids[bi+2:n])
-		copy(ranks[bi:n-2], ranks[bi+1:n-1])
-		copy(merged[bi:n-2], merged[bi+1:n-1])
+		// Remove position bi+1 (loops, not copy: the words are short and
+		// a memmove call per merge costs more than moving a few ids).
+		for j := bi + 1; j < n-1; j++ {
+			ids[j] = ids[j+1]
+		}
+		for j := bi; j < n-2; j++ {
+			ranks[j], merged[j] = ranks[j+1], merged[j+1]
+		}
 		n--
 		if bi > 0 {
 			ranks[bi-1], merged[bi-1] = m.merge(ids[bi-1], ids[bi])

@@ -50,8 +50,10 @@ const (
 	// caches words of up to 256 characters).
 	maxCachedLen = 255
 	// maxCacheEntries bounds each cache (about 40 bytes an entry plus the
-	// ids); a full cache starts over empty.
-	maxCacheEntries = 1 << 16
+	// ids, so up to ~25 MB); a full cache starts over empty. The 52K Alpaca
+	// prompts have ~72K distinct pre-tokens: with 1<<16, a second pass
+	// over them found none cached.
+	maxCacheEntries = 1 << 18
 	minCacheSlots   = 1 << 12
 )
 
@@ -77,37 +79,60 @@ func load64(s string, i int) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-func load32(s string, i int) uint64 {
-	s = s[i : i+4]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
-}
-
 func mix(a, b uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	return hi ^ lo
 }
 
+const (
+	hashK1 = 0xa0761d6478bd642f
+	hashK2 = 0xe7037ed1a0b428db
+	hashK3 = 0x8ebc6af09c88c6e3
+)
+
 // hash is a wyhash-style hash of a short string; a and b are the words it
-// read, which identify keys of up to 16 bytes.
+// read, which identify keys of up to 16 bytes: the key's bytes in little-
+// endian order, zero-padded (so a key is identified by a, b and its length).
 func (c *ptCache) hash(p string) (h, a, b uint64) {
-	const k1, k2, k3 = 0xa0761d6478bd642f, 0xe7037ed1a0b428db, 0x8ebc6af09c88c6e3
 	n := len(p)
-	switch {
-	case n > 16:
+	if n > 16 {
 		h := c.seed
 		i := 0
 		for ; i+16 < n; i += 16 {
-			h = mix(load64(p, i)^k1, load64(p, i+8)^h)
+			h = mix(load64(p, i)^hashK1, load64(p, i+8)^h)
 		}
 		a, b = load64(p, n-16)^h, load64(p, n-8)
-	case n >= 8:
-		a, b = load64(p, 0), load64(p, n-8)
-	case n >= 4:
-		a, b = load32(p, 0), load32(p, n-4)
-	case n > 0:
-		a = uint64(p[0])<<16 | uint64(p[n>>1])<<8 | uint64(p[n-1])
+		return c.finish(a, b, n), a, b
 	}
-	return mix(a^k2^c.seed, b^k3^uint64(n)) | 1, a, b
+	for i := n - 1; i >= 8; i-- {
+		b = b<<8 | uint64(p[i])
+	}
+	for i := min(n, 8) - 1; i >= 0; i-- {
+		a = a<<8 | uint64(p[i])
+	}
+	return c.finish(a, b, n), a, b
+}
+
+// shortWords is the a, b of hash(s[:n]) for n <= 16 and len(s) >= 16: two
+// words of s, masked, without branching on n (the lengths of successive
+// pre-tokens are not predictable).
+func shortWords(s string, n int) (a, b uint64) {
+	m := &shortMasks[n&31]
+	return load64(s, 0) & m[0], load64(s, 8) & m[1]
+}
+
+// shortMasks[n] keeps the first n bytes of two little-endian words.
+var shortMasks = func() (m [32][2]uint64) {
+	for n := 0; n <= 16; n++ {
+		for i := 0; i < n; i++ {
+			m[n][i/8] |= 0xff << (8 * (i % 8))
+		}
+	}
+	return m
+}()
+
+func (c *ptCache) finish(a, b uint64, n int) uint64 {
+	return mix(a^hashK2^c.seed, b^hashK3^uint64(n)) | 1
 }
 
 // get appends the ids of p to dst; ok is false when p is not cached.

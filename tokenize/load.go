@@ -642,9 +642,9 @@ func (t *Tokenizer) buildMerges(vocab map[string]int32, pairs [][2]string, path 
 			return corrupt(fmt.Sprintf("%s.merges[%d]", path, i), "merge %q %q: token not in the vocab", pairs[i][0], pairs[i][1])
 		}
 	}
-	merges := make(map[uint64]uint64, len(pairs))
+	merges := newMergeTable(len(pairs))
 	for _, e := range kvs {
-		merges[e.k] = e.v // a repeated pair: the last wins, as before
+		merges.set(e.k, e.v) // a repeated pair: the last wins, as before
 	}
 	t.model.merges = merges
 	return nil

@@ -323,7 +323,7 @@ func (m *bpeModel) appendBPEPrefixed(dst []int32, word string, sc *scratch) []in
 	if len(ids) >= heapThreshold {
 		return m.mergeHeap(dst, ids, sc)
 	}
-	return m.mergeSmall(dst, ids, sc)
+	return m.mergeSmall(dst, ids, "", sc)
 }
 
 // appendSP encodes one normalized piece of a tokenizer without a byte-level

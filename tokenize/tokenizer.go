@@ -94,6 +94,7 @@ func (t *Tokenizer) finish() {
 		t.asciiStable = t.asciiStable && n.isForm
 	}
 	t.initSPView()
+	t.model.buildBytePairs()
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
 	// An added token by its content (t.tokens has Llama-2's "▁<s>").
@@ -303,15 +304,33 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 		for len(seg) > 0 {
 			n := scan(k, seg)
 			p := seg[:n]
-			seg = seg[n:]
 			// The common cases inline: one byte, or a cached pre-token.
 			if n == 1 {
 				if id := byteID[p[0]]; id >= 0 {
 					dst = append(dst, id)
+					seg = seg[1:]
 					continue
 				}
 			} else if n <= maxCachedLen {
-				h, a, b := cache.hash(p)
+				var h, a, b uint64
+				if n <= 16 && len(seg) >= 16 {
+					// cache.hash(p) as shortWords(seg, n) gives it, inlined
+					// by hand (over the compiler's inlining budget).
+					m := &shortMasks[n&31]
+					a, b = load64(seg, 0)&m[0], load64(seg, 8)&m[1]
+					h = cache.finish(a, b, n)
+					// cache.get's first step, inlined: most pre-tokens are
+					// found in the hot table.
+					hs := &cache.hot[(h>>40)&(hotSlots-1)]
+					if hs.a == a && hs.b == b && hs.klen == uint32(n)+1 {
+						dst = append(dst, hs.id)
+						seg = seg[n:]
+						continue
+					}
+				} else {
+					h, a, b = cache.hash(p)
+				}
+				seg = seg[n:]
 				var ok bool
 				if dst, ok = cache.get(dst, p, h, a, b); ok {
 					continue
@@ -321,6 +340,7 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 				cache.put(p, h, a, b, dst[start:])
 				continue
 			}
+			seg = seg[n:]
 			dst = t.appendPiece(dst, p, sc)
 		}
 		return dst

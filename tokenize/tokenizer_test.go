@@ -150,11 +150,17 @@ func TestBPEMergeLoops(t *testing.T) {
 		var sc scratch
 		for _, w := range words {
 			ids := bm.initial(&sc, w)
-			small := bm.mergeSmall(nil, slices.Clone(ids), &sc)
+			small := bm.mergeSmall(nil, slices.Clone(ids), "", &sc)
 			ids = bm.initial(&sc, w)
 			heap := bm.mergeHeap(nil, slices.Clone(ids), &sc)
 			if !slices.Equal(small, heap) {
 				t.Fatalf("%s %q: small %v, heap %v", m, w, small, heap)
+			}
+			if bm.bytePairs != nil { // the first round from the byte-pair table
+				ids = bm.initial(&sc, w)
+				if pairs := bm.mergeSmall(nil, slices.Clone(ids), w, &sc); !slices.Equal(pairs, heap) {
+					t.Fatalf("%s %q: small with byte pairs %v, heap %v", m, w, pairs, heap)
+				}
 			}
 		}
 	}

@@ -1,0 +1,99 @@
+package tokenize
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestShortWords checks that the words appendScanned reads from the text
+// identify a short key as hash does, so that a pre-token put at the end of a
+// text (hash) is found in the middle of another (shortWords), and that keys
+// of different bytes or lengths never share words.
+func TestShortWords(t *testing.T) {
+	c := newPTCache()
+	r := rand.New(rand.NewPCG(1, 2))
+	seen := map[[3]uint64]string{}
+	for range 20000 {
+		n := r.IntN(17)
+		s := make([]byte, 16+r.IntN(8))
+		for i := range s {
+			s[i] = byte(r.IntN(4)) // few symbols: many near-equal keys, zero bytes too
+		}
+		h, a, b := c.hash(string(s[:n]))
+		wa, wb := shortWords(string(s), n)
+		if wa != a || wb != b || c.finish(wa, wb, n) != h {
+			t.Fatalf("%q: shortWords %x %x, hash %x %x", s[:n], wa, wb, a, b)
+		}
+		k := [3]uint64{a, b, uint64(n)}
+		if p, ok := seen[k]; ok && p != string(s[:n]) {
+			t.Fatalf("%q and %q share a, b and length", p, s[:n])
+		}
+		seen[k] = string(s[:n])
+	}
+}
+
+// TestPTCache puts more keys than a cache holds: each get gives the ids put
+// for that key or nothing (after the cache started over), never another's.
+func TestPTCache(t *testing.T) {
+	c := newPTCache()
+	r := rand.New(rand.NewPCG(3, 4))
+	keys := make([]string, maxCacheEntries+maxCacheEntries/2)
+	for i := range keys {
+		b := make([]byte, 1+r.IntN(40))
+		for j := range b {
+			b[j] = 'a' + byte(r.IntN(3))
+		}
+		keys[i] = string(b)
+	}
+	want := func(k string) []int32 { // 1 to 3 ids derived from the key
+		ids := []int32{int32(len(k))}
+		for i := 0; i < len(k)%3; i++ {
+			ids = append(ids, int32(k[i]))
+		}
+		return ids
+	}
+	found := 0
+	for _, k := range keys {
+		h, a, b := c.hash(k)
+		got, ok := c.get(nil, k, h, a, b)
+		if ok {
+			found++
+			if !slices.Equal(got, want(k)) {
+				t.Fatalf("%q: %v, want %v", k, got, want(k))
+			}
+			continue
+		}
+		c.put(k, h, a, b, want(k))
+	}
+	if found == 0 || c.count > maxCacheEntries {
+		t.Fatalf("%d keys found again, %d entries", found, c.count)
+	}
+}
+
+// TestMergeTable checks the flat merges table against a Go map, a repeated
+// key taking the last value, as buildMerges needs.
+func TestMergeTable(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const n = 50000
+	mt := newMergeTable(n)
+	ref := map[uint64]uint64{}
+	for i := range n {
+		k := pairKey(int32(r.IntN(3000)), int32(r.IntN(3000)))
+		mt.set(k, uint64(i))
+		ref[k] = uint64(i)
+	}
+	mt.set(pairKey(0, 0), 7) // key 0 is a real pair, not an empty slot
+	ref[pairKey(0, 0)] = 7
+	for k, v := range ref {
+		if got, ok := mt.get(k); !ok || got != v {
+			t.Fatalf("%x: %d %v, want %d", k, got, ok, v)
+		}
+	}
+	for range 10000 {
+		k := pairKey(int32(3000+r.IntN(1000)), int32(r.IntN(5000)))
+		if _, ok := mt.get(k); ok {
+			t.Fatalf("%x: found, never set", k)
+		}
+	}
+}

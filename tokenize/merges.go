@@ -1,0 +1,83 @@
+package tokenize
+
+import (
+	"math/bits"
+	"slices"
+)
+
+// mergeTable maps a pair of token ids to its merge: rank<<32 | merged id.
+// It is an open-addressing table of 16-byte slots with linear probing, built
+// once at Load and read-only after: one multiply and usually one cache line
+// per lookup, where a Go map costs several times the instructions on the
+// BPE step's hot path (every pair of every word not yet cached).
+type mergeTable struct {
+	slots []mergeSlot
+	shift uint // 64 - log2(len(slots))
+}
+
+type mergeSlot struct {
+	key uint64 // pairKey | mergeUsed; 0 = empty
+	val uint64
+}
+
+// mergeUsed marks a filled slot: pairKey of two non-negative int32 ids
+// never sets bit 63.
+const mergeUsed = 1 << 63
+
+func newMergeTable(n int) mergeTable {
+	size := 1 << max(4, bits.Len(uint(n+n/3))) // load factor at most 3/4
+	return mergeTable{slots: make([]mergeSlot, size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
+}
+
+func (t *mergeTable) index(key uint64) uint64 {
+	return (key * 0x9e3779b97f4a7c15) >> t.shift
+}
+
+// set maps key to val; a key already present takes the new val (the last
+// of a repeated pair wins, as in HF tokenizers' merges map).
+func (t *mergeTable) set(key, val uint64) {
+	key |= mergeUsed
+	mask := uint64(len(t.slots) - 1)
+	for i := t.index(key); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == 0 || s.key == key {
+			s.key, s.val = key, val
+			return
+		}
+	}
+}
+
+func (t *mergeTable) get(key uint64) (uint64, bool) {
+	key |= mergeUsed
+	mask := uint64(len(t.slots) - 1)
+	for i := t.index(key); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == key {
+			return s.val, true
+		}
+		if s.key == 0 {
+			return 0, false
+		}
+	}
+}
+
+// buildBytePairs fills m.bytePairs for a byte-level model: the merge of
+// every pair of single bytes, looked up once. Most pairs of a new word's first
+// round are pairs of bytes, and this 512 KiB table stays in the CPU's caches
+// where the merges table (megabytes) does not.
+func (m *bpeModel) buildBytePairs() {
+	m.bytePairs = nil
+	if m.charLevel || slices.Contains(m.byteID[:], -1) {
+		return // a byte without an id becomes unk, or nothing: see initial
+	}
+	m.bytePairs = make([]uint64, 1<<16)
+	for x := range 256 {
+		for y := range 256 {
+			v := uint64(noRank) << 32
+			if w, ok := m.merges.get(pairKey(m.byteID[x], m.byteID[y])); ok {
+				v = w
+			}
+			m.bytePairs[x<<8|y] = v
+		}
+	}
+}
