@@ -23,13 +23,13 @@ type ptCache struct {
 	seed  uint64
 }
 
-// ptSlot is one entry. Keys of up to 16 bytes are identified exactly by
-// their length and the two words a, b that hash reads from them, so they
-// are compared without touching the key bytes.
+// ptSlot is one entry, 32 bytes (two to a cache line). Keys of up to 16
+// bytes are identified exactly by their length and the two words a, b that
+// hash reads from them, so they are compared without touching the key bytes;
+// for a longer key, a is its offset in keys.
 type ptSlot struct {
 	tag  uint64 // hash | 1 (never 0); 0 = empty slot
 	a, b uint64
-	kofs uint32 // key offset in keys (keys longer than 16 bytes)
 	val  uint32 // the id when n == 1, else the offset in ids
 	klen uint8
 	n    uint8 // number of ids
@@ -49,10 +49,10 @@ const (
 	// maxCachedLen is the longest pre-token (in bytes) kept in the cache (HF
 	// caches words of up to 256 characters).
 	maxCachedLen = 255
-	// maxCacheEntries bounds each cache (about 40 bytes an entry plus the
-	// ids, so up to ~25 MB); a full cache starts over empty. The 52K Alpaca
-	// prompts have ~72K distinct pre-tokens: with 1<<16, a second pass
-	// over them found none cached.
+	// maxCacheEntries bounds each cache: 32-byte slots at a load factor of
+	// at most 3/4 (16 MiB when full), plus the ids and long keys; a full
+	// cache starts over empty. The 52K Alpaca prompts have ~72K distinct
+	// pre-tokens: with 1<<16, a second pass over them found none cached.
 	maxCacheEntries = 1 << 18
 	minCacheSlots   = 1 << 12
 )
@@ -150,10 +150,14 @@ func (c *ptCache) get(dst []int32, p string, h, a, b uint64) ([]int32, bool) {
 		if s.tag == 0 {
 			return dst, false
 		}
-		if s.tag != h || s.a != a || s.b != b || int(s.klen) != len(p) {
+		if s.tag != h || int(s.klen) != len(p) {
 			continue
 		}
-		if len(p) > 16 && string(c.keys[s.kofs:s.kofs+uint32(s.klen)]) != p {
+		if len(p) > 16 {
+			if string(c.keys[s.a:s.a+uint64(s.klen)]) != p {
+				continue
+			}
+		} else if s.a != a || s.b != b {
 			continue
 		}
 		if s.n == 1 {
@@ -173,12 +177,12 @@ func (c *ptCache) put(p string, h, a, b uint64, ids []int32) {
 	}
 	if c.count >= maxCacheEntries || len(c.keys)+len(p) > 1<<31 || len(c.ids)+len(ids) > 1<<31 {
 		c.reset(len(c.slots))
-	} else if (c.count+1)*2 > len(c.slots) {
+	} else if (c.count+1)*4 > len(c.slots)*3 { // load factor at most 3/4
 		c.grow()
 	}
 	s := ptSlot{tag: h, a: a, b: b, klen: uint8(len(p)), n: uint8(len(ids))}
 	if len(p) > 16 {
-		s.kofs = uint32(len(c.keys))
+		s.a, s.b = uint64(len(c.keys)), 0
 		c.keys = append(c.keys, p...)
 	}
 	if len(ids) == 1 {
@@ -209,3 +213,4 @@ func (c *ptCache) grow() {
 		}
 	}
 }
+
