@@ -213,4 +213,3 @@ func (c *ptCache) grow() {
 		}
 	}
 }
-
