@@ -82,11 +82,16 @@
 // Encoding is: find added tokens (a byte trie, skipped to candidate bytes
 // with IndexByte), normalize (a quick check first), split into pre-tokens
 // with the hand-written scanner (an ASCII fast path over bytes), then look
-// each pre-token up in a cache of pre-token -> ids (a 4,096-entry
-// direct-mapped front table that stays in L2, then an open-addressing table
-// cleared when it reaches 65,536 entries); only a miss runs BPE, over raw
-// bytes (the vocabulary is re-keyed from byte-level characters to bytes at
-// load) with merge ranks keyed by a pair of ids. Each goroutine has its own
+// each pre-token up in a cache of pre-token -> ids (a short pre-token is
+// keyed by its length and two masked words read from the text; a 4,096-entry
+// direct-mapped front table that stays in L2, probed inline, then an
+// open-addressing table of 32-byte slots cleared when it reaches 262,144
+// entries, so that a corpus's distinct words stay cached: the 52K Alpaca
+// prompts have ~72K); only a miss runs BPE, over raw bytes (the vocabulary
+// is re-keyed from byte-level characters to bytes at load) with merge ranks
+// in a flat open-addressing table keyed by a pair of ids, and a new word's
+// first round of byte pairs read from a 65,536-entry table that stays in
+// the CPU caches. Each goroutine has its own
 // cache, so there are no locks on the hot path. SentencePiece-style files
 // have no pre-tokenizer (BPE runs over the whole text between added tokens);
 // where no token has "▁" after another character (all four real ones) the
@@ -98,7 +103,7 @@
 //
 // A Tokenizer is immutable after Load and safe for concurrent use. Encode,
 // AppendEncode and EncodeBatch may be called from any number of goroutines;
-// each running goroutine uses one cache state (up to ~7 MB when full) taken
+// each running goroutine uses one cache state (up to ~20 MB when full) taken
 // from a pool that keeps as many states as were ever in use at once.
 // AppendEncode does not allocate once its cache is warm (beyond growing dst),
 // except to normalize text that is not already normalized, to replace invalid
