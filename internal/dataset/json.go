@@ -17,6 +17,7 @@ type jsonScanner struct {
 	data []byte
 	pos  int
 	buf  []byte // scratch for strings with escapes
+	kbuf []byte // scratch for keys
 }
 
 // syntaxError is a malformed-JSON error at a byte offset.
@@ -86,7 +87,8 @@ func (s *jsonScanner) object(rec *Record) (ferr *fieldError, err error) {
 		if s.data[s.pos] != '"' {
 			return nil, s.errf(s.pos, "found %s, want a key string", s.found())
 		}
-		key, err := s.str(nil)
+		key, err := s.str(s.kbuf[:0])
+		s.kbuf = key[:0] // keep the capacity for the next key
 		if err != nil {
 			var fe *fieldError
 			if !errors.As(err, &fe) {
@@ -114,6 +116,7 @@ func (s *jsonScanner) object(rec *Record) (ferr *fieldError, err error) {
 		if idx >= 0 {
 			if s.pos < len(s.data) && s.data[s.pos] == '"' {
 				v, err := s.str(s.buf[:0])
+				s.buf = v[:0] // keep the capacity: sv below is a copy
 				if err != nil {
 					var fe *fieldError
 					if errors.As(err, &fe) {
