@@ -25,6 +25,7 @@ type trie struct {
 	term  []int32          // node -> index into toks, -1 when no token ends here
 	toks  []*addedToken    // the tokens
 	only  int              // the only first byte when all tokens share one, else -1
+	lead  string           // the bytes all tokens start with (skipped to with Index when 2 or more)
 	// With a few tokens, their contents (in toks order), compared directly:
 	// faster than walking the map when candidates are frequent (Llama-2's
 	// "▁<s>" starts where every word does).
@@ -67,6 +68,20 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 	if firsts != 1 {
 		t.only = -1
 	}
+	for k, c := range t.few {
+		if k == 0 {
+			t.lead = c
+			continue
+		}
+		n := 0
+		for n < len(t.lead) && n < len(c) && t.lead[n] == c[n] {
+			n++
+		}
+		t.lead = t.lead[:n]
+	}
+	if t.few == nil {
+		t.lead = ""
+	}
 	if len(t.few) > fewTokens {
 		t.few = nil
 	}
@@ -105,6 +120,12 @@ func (t *trie) longest(s string) (*addedToken, int) {
 
 // nextCandidate returns the first index >= i where a token may start, or len(s).
 func (t *trie) nextCandidate(s string, i int) int {
+	if len(t.lead) > 1 {
+		if j := strings.Index(s[i:], t.lead); j >= 0 {
+			return i + j
+		}
+		return len(s)
+	}
 	if t.only >= 0 {
 		if j := strings.IndexByte(s[i:], byte(t.only)); j >= 0 {
 			return i + j
