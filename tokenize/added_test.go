@@ -1,0 +1,56 @@
+package tokenize
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTrieFind checks leftmost-longest matching in the three ways the trie
+// skips to candidates: the common lead of a few tokens (Llama-2's
+// normalized "▁<s>" and "▁</s>" share "▁<"), one shared first byte, and
+// several first bytes (the map walk), against a brute-force search.
+func TestTrieFind(t *testing.T) {
+	sets := [][]string{
+		{"▁<s>", "▁</s>", "▁<unk>"},            // few, lead "▁<"
+		{"<s>", "<|x|>", "<|xy|>", "<a>", "<b>"}, // many, one first byte
+		{"ab", "abc", "b", "xyz", "q"},           // many, several first bytes
+		{"aa", "aab"},                            // few, lead "aa"
+	}
+	texts := []string{"", "▁", "▁<", "▁<s", "a▁<s>b▁</s>▁<unk>▁<unk", "▁▁<s>▁<s>", "<|xy|><|x|<s><a><b",
+		"abcabxyzxyq", "aabaaab", "aaa", strings.Repeat("▁<s▁", 10) + "▁<s>"}
+	for _, set := range sets {
+		toks := make([]*addedToken, len(set))
+		for i, c := range set {
+			toks[i] = &addedToken{ID: int32(i), Content: c}
+		}
+		tr := newTrie(toks, func(a *addedToken) string { return a.Content })
+		for _, s := range texts {
+			var got, want []string
+			for prev := 0; ; {
+				m, ok := tr.find(s, prev, prev)
+				if !ok {
+					break
+				}
+				got = append(got, s[m.start:m.end])
+				prev = m.end
+			}
+			for i := 0; i < len(s); { // leftmost, then longest
+				best := ""
+				for _, c := range set {
+					if strings.HasPrefix(s[i:], c) && len(c) > len(best) {
+						best = c
+					}
+				}
+				if best == "" {
+					i++
+					continue
+				}
+				want = append(want, best)
+				i += len(best)
+			}
+			if strings.Join(got, "|") != strings.Join(want, "|") {
+				t.Errorf("tokens %q in %q: found %q, want %q", set, s, got, want)
+			}
+		}
+	}
+}
