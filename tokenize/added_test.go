@@ -11,7 +11,7 @@ import (
 // several first bytes (the map walk), against a brute-force search.
 func TestTrieFind(t *testing.T) {
 	sets := [][]string{
-		{"▁<s>", "▁</s>", "▁<unk>"},            // few, lead "▁<"
+		{"▁<s>", "▁</s>", "▁<unk>"},              // few, lead "▁<"
 		{"<s>", "<|x|>", "<|xy|>", "<a>", "<b>"}, // many, one first byte
 		{"ab", "abc", "b", "xyz", "q"},           // many, several first bytes
 		{"aa", "aab"},                            // few, lead "aa"
