@@ -166,14 +166,7 @@ func (c *ptCache) get(dst []int32, p string, h, a, b uint64) ([]int32, bool) {
 			}
 			return append(dst, int32(s.val)), true
 		}
-		ids := c.ids[s.val : s.val+uint32(s.n)]
-		if len(ids) > 8 {
-			return append(dst, ids...), true
-		}
-		for _, id := range ids { // a few ids: cheaper than a memmove call
-			dst = append(dst, id)
-		}
-		return dst, true
+		return append(dst, c.ids[s.val:s.val+uint32(s.n)]...), true
 	}
 }
 
