@@ -113,12 +113,13 @@ func (c *ptCache) hash(p string) (h, a, b uint64) {
 	return c.finish(a, b, n), a, b
 }
 
-// shortWords is the a, b of hash(s[:n]) for n <= 16 and len(s) >= 16: two
-// words of s, masked, without branching on n (the lengths of successive
-// pre-tokens are not predictable).
-func shortWords(s string, n int) (a, b uint64) {
+// shortKey is the a, b of hash(p) for a key p of n <= 16 bytes from w0, w1,
+// the two little-endian words at p's start (read past its end): masked,
+// without branching on n (the lengths of successive pre-tokens are not
+// predictable).
+func shortKey(w0, w1 uint64, n int) (a, b uint64) {
 	m := &shortMasks[n&31]
-	return load64(s, 0) & m[0], load64(s, 8) & m[1]
+	return w0 & m[0], w1 & m[1]
 }
 
 // shortMasks[n] keeps the first n bytes of two little-endian words.
@@ -135,15 +136,28 @@ func (c *ptCache) finish(a, b uint64, n int) uint64 {
 	return mix(a^hashK2^c.seed, b^hashK3^uint64(n)) | 1
 }
 
+// hotFind returns the front-table slot of the short key a, b of n bytes and
+// whether it holds that key.
+func (c *ptCache) hotFind(h, a, b uint64, n int) (*hotSlot, bool) {
+	hs := &c.hot[(h>>40)&(hotSlots-1)]
+	return hs, hs.a == a && hs.b == b && hs.klen == uint32(n)+1
+}
+
 // get appends the ids of p to dst; ok is false when p is not cached.
 func (c *ptCache) get(dst []int32, p string, h, a, b uint64) ([]int32, bool) {
 	var hs *hotSlot
 	if len(p) <= 16 {
-		hs = &c.hot[(h>>40)&(hotSlots-1)]
-		if hs.a == a && hs.b == b && hs.klen == uint32(len(p))+1 {
+		var ok bool
+		if hs, ok = c.hotFind(h, a, b, len(p)); ok {
 			return append(dst, hs.id), true
 		}
 	}
+	return c.getSlot(dst, p, h, a, b, hs)
+}
+
+// getSlot is get past the front table: hs is p's front-table slot (nil for
+// a long key), filled when p is found with one id.
+func (c *ptCache) getSlot(dst []int32, p string, h, a, b uint64, hs *hotSlot) ([]int32, bool) {
 	mask := uint64(len(c.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &c.slots[i]

@@ -7,8 +7,8 @@ import (
 )
 
 // TestShortWords checks that the words appendScanned reads from the text
-// identify a short key as hash does, so that a pre-token put at the end of a
-// text (hash) is found in the middle of another (shortWords), and that keys
+// (shortKey) identify a short key as hash does, so that a pre-token put at
+// the end of a text (hash) is found in the middle of another, and that keys
 // of different bytes or lengths never share words.
 func TestShortWords(t *testing.T) {
 	c := newPTCache()
@@ -21,9 +21,9 @@ func TestShortWords(t *testing.T) {
 			s[i] = byte(r.IntN(4)) // few symbols: many near-equal keys, zero bytes too
 		}
 		h, a, b := c.hash(string(s[:n]))
-		wa, wb := shortWords(string(s), n)
+		wa, wb := shortKey(load64(string(s), 0), load64(string(s), 8), n)
 		if wa != a || wb != b || c.finish(wa, wb, n) != h {
-			t.Fatalf("%q: shortWords %x %x, hash %x %x", s[:n], wa, wb, a, b)
+			t.Fatalf("%q: shortKey %x %x, hash %x %x", s[:n], wa, wb, a, b)
 		}
 		k := [3]uint64{a, b, uint64(n)}
 		if p, ok := seen[k]; ok && p != string(s[:n]) {

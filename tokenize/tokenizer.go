@@ -314,26 +314,27 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 			} else if n <= maxCachedLen {
 				var h, a, b uint64
 				if n <= 16 && len(seg) >= 16 {
-					// cache.hash(p) as shortWords(seg, n) gives it, inlined
-					// by hand (over the compiler's inlining budget).
-					m := &shortMasks[n&31]
-					a, b = load64(seg, 0)&m[0], load64(seg, 8)&m[1]
+					// cache.hash(p) and cache.get inlined, the front table
+					// first: most pre-tokens are found there.
+					a, b = shortKey(load64(seg, 0), load64(seg, 8), n)
 					h = cache.finish(a, b, n)
-					// cache.get's first step, inlined: most pre-tokens are
-					// found in the hot table.
-					hs := &cache.hot[(h>>40)&(hotSlots-1)]
-					if hs.a == a && hs.b == b && hs.klen == uint32(n)+1 {
+					hs, ok := cache.hotFind(h, a, b, n)
+					if ok {
 						dst = append(dst, hs.id)
 						seg = seg[n:]
 						continue
 					}
+					seg = seg[n:]
+					if dst, ok = cache.getSlot(dst, p, h, a, b, hs); ok {
+						continue
+					}
 				} else {
 					h, a, b = cache.hash(p)
-				}
-				seg = seg[n:]
-				var ok bool
-				if dst, ok = cache.get(dst, p, h, a, b); ok {
-					continue
+					seg = seg[n:]
+					var ok bool
+					if dst, ok = cache.get(dst, p, h, a, b); ok {
+						continue
+					}
 				}
 				start := len(dst)
 				dst = t.model.appendBPE(dst, p, &sc.scratch)
