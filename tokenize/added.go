@@ -24,8 +24,7 @@ type trie struct {
 	next  map[uint64]int32 // node<<8|byte -> child node
 	term  []int32          // node -> index into toks, -1 when no token ends here
 	toks  []*addedToken    // the tokens
-	only  int              // the only first byte when all tokens share one, else -1
-	lead  string           // the bytes all tokens start with (skipped to with Index when 2 or more)
+	lead  string           // the bytes all tokens start with: candidates are skipped to with Index
 	// With a few tokens, their contents (in toks order), compared directly:
 	// faster than walking the map when candidates are frequent (Llama-2's
 	// "▁<s>" starts where every word does).
@@ -36,18 +35,13 @@ type trie struct {
 const fewTokens = 4
 
 func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
-	t := &trie{next: map[uint64]int32{}, term: []int32{-1}, only: -1}
-	firsts := 0
+	t := &trie{next: map[uint64]int32{}, term: []int32{-1}}
 	for _, tok := range toks {
 		s := content(tok)
 		if s == "" {
 			continue
 		}
-		if !t.first[s[0]] {
-			t.first[s[0]] = true
-			firsts++
-			t.only = int(s[0])
-		}
+		t.first[s[0]] = true
 		node := int32(0)
 		for i := 0; i < len(s); i++ {
 			k := uint64(node)<<8 | uint64(s[i])
@@ -65,10 +59,7 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 			t.few = append(t.few, s)
 		}
 	}
-	if firsts != 1 {
-		t.only = -1
-	}
-	for k, c := range t.few {
+	for k, c := range t.few { // all the tokens' contents here
 		if k == 0 {
 			t.lead = c
 			continue
@@ -78,9 +69,6 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 			n++
 		}
 		t.lead = t.lead[:n]
-	}
-	if t.few == nil {
-		t.lead = ""
 	}
 	if len(t.few) > fewTokens {
 		t.few = nil
@@ -120,14 +108,8 @@ func (t *trie) longest(s string) (*addedToken, int) {
 
 // nextCandidate returns the first index >= i where a token may start, or len(s).
 func (t *trie) nextCandidate(s string, i int) int {
-	if len(t.lead) > 1 {
+	if t.lead != "" { // one byte: IndexByte; Llama-2's normalized tokens share "▁<"
 		if j := strings.Index(s[i:], t.lead); j >= 0 {
-			return i + j
-		}
-		return len(s)
-	}
-	if t.only >= 0 {
-		if j := strings.IndexByte(s[i:], byte(t.only)); j >= 0 {
 			return i + j
 		}
 		return len(s)
