@@ -33,7 +33,7 @@ func writeDataset(t testing.TB, ranks, n, seqLen int, mode shard.Mode, batchRows
 	pad := int32(0)
 	eos := "<eos>"
 	_, err = shard.WriteDir(context.Background(), dir, shard.DirConfig{
-		SeqLen: seqLen, Mode: mode, Labels: shard.LabelsMaskPad, Ranks: ranks, Seed: 1, BatchRows: batchRows,
+		Layout: shard.Layout{SeqLen: seqLen, Mode: mode, Labels: shard.LabelsMaskPad}, Ranks: ranks, Seed: 1, BatchRows: batchRows,
 		Workers: 2, Template: "synthetic", Tokenizer: shard.TokenizerInfo{SHA256: "synthetic", EOSID: &pad, EOS: &eos, Pad: &eos},
 	}, src)
 	if err != nil {

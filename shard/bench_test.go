@@ -42,7 +42,7 @@ func BenchmarkReaderRow(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 1024, Mode: ModePack, Labels: LabelsMaskPad, Ranks: 1}, src); err != nil {
+	if _, err := WriteDir(context.Background(), dir, DirConfig{Layout: Layout{SeqLen: 1024, Mode: ModePack, Labels: LabelsMaskPad}, Ranks: 1}, src); err != nil {
 		b.Fatal(err)
 	}
 	r, err := Open(filepath.Join(dir, FileName(0, 1)))

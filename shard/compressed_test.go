@@ -67,7 +67,7 @@ func lz4Shard(tb testing.TB) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 16, Mode: ModePad, Labels: LabelsMaskPad, Ranks: 1, BatchRows: 8}, src); err != nil {
+	if _, err := WriteDir(context.Background(), dir, DirConfig{Layout: Layout{SeqLen: 16, Mode: ModePad, Labels: LabelsMaskPad}, Ranks: 1, BatchRows: 8}, src); err != nil {
 		tb.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, FileName(0, 1)))

@@ -23,10 +23,10 @@ import (
 // DirConfig describes a shard directory to write. Zero values take the
 // defaults stated on each field.
 type DirConfig struct {
-	SeqLen    int    // required
-	Mode      Mode   // required
-	Labels    Labels // required
-	Ranks     int    // required, 1..MaxRanks
+	// Layout is the rows' layout: SeqLen, Mode and Labels are required
+	// (PadID is the source's business: RowSource fills the rows).
+	Layout    Layout
+	Ranks     int // required, 1..MaxRanks
 	Seed      uint64
 	DropLast  bool
 	BatchRows int // default DefaultBatchRows
@@ -69,7 +69,8 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	if cfg.CreatedBy == "" {
 		cfg.CreatedBy = "ferry (" + runtime.Version() + ")"
 	}
-	probe := FileMeta{Rank: 0, Ranks: cfg.Ranks, SeqLen: cfg.SeqLen, Mode: cfg.Mode, Labels: cfg.Labels}
+	layout := cfg.Layout
+	probe := FileMeta{Rank: 0, Ranks: cfg.Ranks, SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels}
 	if err := probe.validate(); err != nil {
 		return nil, err
 	}
@@ -101,7 +102,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 
 	m := &Manifest{
 		Format: FormatName, Version: FormatVersion, CreatedBy: cfg.CreatedBy,
-		SeqLen: cfg.SeqLen, Mode: cfg.Mode, Labels: cfg.Labels, Ranks: cfg.Ranks,
+		SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels, Ranks: cfg.Ranks,
 		RowsPerRank: rowsPerRank, UniqueRows: unique, TotalRows: rowsPerRank * cfg.Ranks,
 		DropLast: cfg.DropLast, Seed: cfg.Seed, BatchRows: cfg.BatchRows,
 		Template: cfg.Template, TemplateText: cfg.TemplateText, Tokenizer: cfg.Tokenizer,
@@ -110,12 +111,11 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	var tokens atomic.Int64 // non-pad tokens over the distinct rows written
 	// Every row's loss-token count, rank-major: loss_tokens.u32.
 	lossTokens := make([]byte, 4*m.TotalRows)
-	layout := Layout{SeqLen: cfg.SeqLen, Mode: cfg.Mode}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cfg.Workers)
 	for rank := range cfg.Ranks {
 		g.Go(func() error {
-			meta := FileMeta{Rank: rank, Ranks: cfg.Ranks, SeqLen: cfg.SeqLen, Mode: cfg.Mode, Labels: cfg.Labels,
+			meta := FileMeta{Rank: rank, Ranks: cfg.Ranks, SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels,
 				TokenizerSHA256: cfg.Tokenizer.SHA256}
 			name := FileName(rank, cfg.Ranks)
 			row := layout.NewRow()
@@ -150,9 +150,9 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	}
 	distinct := min(unique, m.TotalRows)
 	m.Stats.Tokens = tokens.Load()
-	m.Stats.PadTokens = int64(distinct)*int64(cfg.SeqLen) - m.Stats.Tokens
+	m.Stats.PadTokens = int64(distinct)*int64(layout.SeqLen) - m.Stats.Tokens
 	if distinct > 0 {
-		m.Stats.Efficiency = float64(m.Stats.Tokens) / (float64(distinct) * float64(cfg.SeqLen))
+		m.Stats.Efficiency = float64(m.Stats.Tokens) / (float64(distinct) * float64(layout.SeqLen))
 	}
 	if cfg.DropLast {
 		m.Stats.RowsDropped = int64(unique - m.TotalRows)

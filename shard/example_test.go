@@ -24,7 +24,7 @@ func Example() {
 		panic(err)
 	}
 	m, err := shard.WriteDir(context.Background(), dir, shard.DirConfig{
-		SeqLen: 6, Mode: shard.ModePack, Labels: shard.LabelsMaskPad, Ranks: 2, Seed: 1,
+		Layout: shard.Layout{SeqLen: 6, Mode: shard.ModePack, Labels: shard.LabelsMaskPad}, Ranks: 2, Seed: 1,
 	}, src)
 	if err != nil {
 		panic(err)

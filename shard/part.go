@@ -9,11 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/apache/arrow-go/v18/arrow"
-
-	"github.com/ferryml/ferry/internal/mmap"
 )
 
 // Part files: the tokenized examples of one part of a split dataprep run
@@ -52,11 +49,27 @@ const (
 	PartSplit     uint8 = 1 << 1 // the first piece of a record split into several
 )
 
+// partName is the stem of part i of n's files: "part-%05d-of-%05d".
+const partName = "part-%05d-of-%05d"
+
 // PartFileName is the name of part i of n's examples file.
-func PartFileName(i, n int) string { return fmt.Sprintf("part-%05d-of-%05d.bin", i, n) }
+func PartFileName(i, n int) string { return fmt.Sprintf(partName+".bin", i, n) }
 
 // PartManifestName is the name of part i of n's manifest.
-func PartManifestName(i, n int) string { return fmt.Sprintf("part-%05d-of-%05d.json", i, n) }
+func PartManifestName(i, n int) string { return fmt.Sprintf(partName+".json", i, n) }
+
+// ParsePartManifestName is the inverse of PartManifestName: ok reports
+// whether name is PartManifestName(i, n) for some i, n >= 0 (it does not
+// check i < n or the bounds of n; a split run's checks do).
+func ParsePartManifestName(name string) (i, n int, ok bool) {
+	if _, err := fmt.Sscanf(name, "part-%d-of-%d.json", &i, &n); err != nil || i < 0 || n < 0 {
+		return 0, 0, false
+	}
+	if PartManifestName(i, n) != name {
+		return 0, 0, false
+	}
+	return i, n, true
+}
 
 // WritePart writes exs (with their flags, one per example) as a part file
 // to w, and returns its size and SHA-256 (hex).
@@ -167,12 +180,7 @@ func NewPart(data []byte) (*Part, error) {
 // OpenPart maps the part file at path and parses it (NewPart); Close
 // unmaps it.
 func OpenPart(path string) (*Part, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, unmap, err := mmap.Map(f)
+	data, unmap, err := mapFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +193,47 @@ func OpenPart(path string) (*Part, error) {
 	return p, nil
 }
 
-// Close releases the mapping of a Part from OpenPart; the examples it
+// OpenFile maps the part file at path (the file m.File names, in the
+// parts' directory or copied elsewhere) and checks it before it parses a
+// byte of it: its size and SHA-256 against m.File (ErrMismatch: a
+// truncated, corrupt or replaced part file). It then parses it (NewPart)
+// and checks its example and token counts and its last sample against m
+// (ErrMismatch). This is how a split run's commit opens a part, as
+// Manifest.OpenFile is how a reader opens a shard.
+func (m *PartManifest) OpenFile(path string) (*Part, error) {
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := func() (*Part, error) {
+		if int64(len(data)) != m.File.Bytes {
+			return nil, fmt.Errorf("%w: %s: %d bytes, the part manifest says %d (a truncated or replaced part file)",
+				ErrMismatch, path, len(data), m.File.Bytes)
+		}
+		sum := sha256.Sum256(data)
+		if got := hex.EncodeToString(sum[:]); got != m.File.SHA256 {
+			return nil, fmt.Errorf("%w: %s: SHA-256 %s, the part manifest says %s (a corrupt or replaced part file)",
+				ErrMismatch, path, got, m.File.SHA256)
+		}
+		p, err := NewPart(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if p.NumTokens() != m.Tokens || int64(p.NumExamples()) != m.Examples || p.LastSample() >= m.Records {
+			return nil, fmt.Errorf("%w: %s: %d examples, %d tokens, up to record %d; the part manifest says %d examples, %d tokens, of %d records",
+				ErrMismatch, path, p.NumExamples(), p.NumTokens(), p.LastSample(), m.Examples, m.Tokens, m.Records)
+		}
+		return p, nil
+	}()
+	if err != nil {
+		_ = unmap()
+		return nil, err
+	}
+	p.unmap = unmap
+	return p, nil
+}
+
+// Close releases the mapping of a Part from OpenPart or OpenFile; the examples it
 // returned are invalid afterwards.
 func (p *Part) Close() error {
 	if p.unmap != nil {
@@ -231,9 +279,7 @@ func (p *Part) AppendExamples(dst []Example, flags []uint8, base int64) ([]Examp
 // PartOptions are the options of a split run that decide its output; every
 // part of one run must have the same.
 type PartOptions struct {
-	SeqLen       int    `json:"seq_len"`
-	Mode         Mode   `json:"mode"`
-	Labels       Labels `json:"labels"`
+	Layout              // seq_len, mode, labels (the pad id is in the tokenizer)
 	Template     string `json:"template"`
 	TemplateText string `json:"template_text"`
 	NoSpecial    bool   `json:"no_special"`

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -93,7 +94,7 @@ func TestPartCorrupt(t *testing.T) {
 
 func TestPartManifestValidate(t *testing.T) {
 	m := &PartManifest{Format: PartFormatName, Version: PartFormatVersion, Part: 1, Parts: 3,
-		Options: PartOptions{SeqLen: 16, Mode: ModePad, Labels: LabelsMaskPad, Ranks: 1, BatchRows: 8},
+		Options: PartOptions{Layout: Layout{SeqLen: 16, Mode: ModePad, Labels: LabelsMaskPad}, Ranks: 1, BatchRows: 8},
 		Share:   []PartPiece{{File: "a", Size: 10, Off: 2, End: 10, Records: 3, Skipped: 1}}, Records: 3, RecordsSkipped: 1,
 		File: PartFileEntry{Path: PartFileName(1, 3), Bytes: 32, SHA256: hex.EncodeToString(make([]byte, 32))}}
 	b, err := EncodePartManifest(m)
@@ -140,7 +141,7 @@ func FuzzPart(f *testing.F) {
 // FuzzPartManifest: the part manifest decoder never panics on mutated JSON.
 func FuzzPartManifest(f *testing.F) {
 	m := &PartManifest{Format: PartFormatName, Version: PartFormatVersion, Part: 0, Parts: 2,
-		Options: PartOptions{SeqLen: 16, Mode: ModePack, Labels: LabelsMaskPad, Ranks: 2, BatchRows: 8},
+		Options: PartOptions{Layout: Layout{SeqLen: 16, Mode: ModePack, Labels: LabelsMaskPad}, Ranks: 2, BatchRows: 8},
 		Share:   []PartPiece{{File: "a.jsonl", Size: 10, Off: 0, End: 4, Format: "jsonl", Records: 1}}, Records: 1,
 		File: PartFileEntry{Path: PartFileName(0, 2), Bytes: 48, SHA256: hex.EncodeToString(make([]byte, 32))}}
 	b, err := EncodePartManifest(m)
@@ -155,4 +156,78 @@ func FuzzPartManifest(f *testing.F) {
 			t.Fatalf("accepted part %d of %d, file %q", m.Part, m.Parts, m.File.Path)
 		}
 	})
+}
+
+// TestParsePartManifestName: the parser reads back exactly the names
+// PartManifestName writes.
+func TestParsePartManifestName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		i, n int
+		ok   bool
+	}{
+		{PartManifestName(0, 1), 0, 1, true},
+		{PartManifestName(17, 300), 17, 300, true},
+		{PartManifestName(65535, MaxParts), 65535, MaxParts, true},
+		{"part-1-of-3.json", 0, 0, false},
+		{"part-00001-of-00003.bin", 0, 0, false},
+		{"part-00001-of-00003.json.tmp", 0, 0, false},
+		{".part-00001-of-00003.json", 0, 0, false},
+		{"part--0001-of-00003.json", 0, 0, false},
+		{"part-00001-of-00003", 0, 0, false},
+	} {
+		i, n, ok := ParsePartManifestName(tc.name)
+		if i != tc.i || n != tc.n || ok != tc.ok {
+			t.Errorf("%q: %d, %d, %v; want %d, %d, %v", tc.name, i, n, ok, tc.i, tc.n, tc.ok)
+		}
+	}
+}
+
+// TestPartOpenFile: a part file of another size, other bytes or other
+// counts than its manifest says is refused with ErrMismatch, naming it.
+func TestPartOpenFile(t *testing.T) {
+	exs, flags := partExamples()
+	var buf bytes.Buffer
+	size, sum, err := WritePart(&buf, exs, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens int64
+	for _, e := range exs {
+		tokens += int64(len(e.Tokens))
+	}
+	good := &PartManifest{Records: exs[len(exs)-1].Sample + 1, Examples: int64(len(exs)), Tokens: tokens,
+		File: PartFileEntry{Path: PartFileName(0, 1), Bytes: size, SHA256: sum}}
+	for _, tc := range []struct {
+		name string
+		mess func(b []byte, m *PartManifest) []byte
+		want string
+	}{
+		{"whole", func(b []byte, m *PartManifest) []byte { return b }, ""},
+		{"truncated", func(b []byte, m *PartManifest) []byte { return b[:len(b)-4] }, "truncated"},
+		{"corrupted", func(b []byte, m *PartManifest) []byte { b[len(b)-3] ^= 1; return b }, "SHA-256"},
+		{"other counts", func(b []byte, m *PartManifest) []byte { m.Tokens++; return b }, "examples"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := *good
+			path := filepath.Join(t.TempDir(), m.File.Path)
+			if err := os.WriteFile(path, tc.mess(slices.Clone(buf.Bytes()), &m), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.OpenFile(path)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.NumExamples() != len(exs) {
+					t.Errorf("%d examples, want %d", p.NumExamples(), len(exs))
+				}
+				p.Close()
+				return
+			}
+			if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("got %v, want ErrMismatch naming %s and saying %q", err, path, tc.want)
+			}
+		})
+	}
 }

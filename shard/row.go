@@ -12,11 +12,15 @@ type Example struct {
 }
 
 // Layout turns examples into rows. The zero value is not usable; set every field.
+//
+// It is the one form of --seq-len, --mode and --labels from the flag to the
+// writer: DirConfig and PartOptions carry it (a part manifest stores its
+// first three fields; the pad id is the tokenizer's, stored with it).
 type Layout struct {
-	SeqLen int
-	Mode   Mode
-	Labels Labels
-	PadID  int32
+	SeqLen int    `json:"seq_len"`
+	Mode   Mode   `json:"mode"`
+	Labels Labels `json:"labels"`
+	PadID  int32  `json:"-"`
 }
 
 // NewRow returns a Row with buffers sized for l, to be reused with Fill.

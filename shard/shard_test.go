@@ -45,7 +45,7 @@ func writeSynth(t *testing.T, dir string, mode Mode, labels Labels, n, L, ranks 
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: L, Mode: mode, Labels: labels, Ranks: ranks,
+	m, err := WriteDir(context.Background(), dir, DirConfig{Layout: Layout{SeqLen: L, Mode: mode, Labels: labels}, Ranks: ranks,
 		Seed: 42, DropLast: dropLast, BatchRows: batchRows, Tokenizer: TokenizerInfo{SHA256: "abc", PadID: 7}}, src)
 	if err != nil {
 		t.Fatal(err)
@@ -393,12 +393,12 @@ func TestExistingOutput(t *testing.T) {
 	dir := t.TempDir()
 	writeSynth(t, dir, ModePad, LabelsCopy, 10, 8, 2, false, 4)
 	src, _ := NewExampleSource(Layout{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy}, synth(10, 8))
-	_, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy, Ranks: 2}, src)
+	_, err := WriteDir(context.Background(), dir, DirConfig{Layout: Layout{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy}, Ranks: 2}, src)
 	if !errors.Is(err, ErrExists) {
 		t.Fatalf("err %v, want ErrExists", err)
 	}
 	// Force replaces it, also with a different rank count; stale shards go.
-	if _, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy, Ranks: 3, Force: true}, src); err != nil {
+	if _, err := WriteDir(context.Background(), dir, DirConfig{Layout: Layout{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy}, Ranks: 3, Force: true}, src); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -426,7 +426,7 @@ func TestCancelLeavesNoManifest(t *testing.T) {
 		}
 		return Layout{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy}.Fill(dst, []Example{{Sample: int64(i), Tokens: []int32{1, 2}}})
 	}}
-	_, err := WriteDir(ctx, dir, DirConfig{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy, Ranks: 1}, src)
+	_, err := WriteDir(ctx, dir, DirConfig{Layout: Layout{SeqLen: 8, Mode: ModePad, Labels: LabelsCopy}, Ranks: 1}, src)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
@@ -540,7 +540,7 @@ func FuzzReader(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		if _, err := WriteDir(context.Background(), sub, DirConfig{SeqLen: 16, Mode: mode, Labels: LabelsMaskPad, Ranks: 1, BatchRows: 4}, src); err != nil {
+		if _, err := WriteDir(context.Background(), sub, DirConfig{Layout: Layout{SeqLen: 16, Mode: mode, Labels: LabelsMaskPad}, Ranks: 1, BatchRows: 4}, src); err != nil {
 			f.Fatal(err)
 		}
 		b, err := os.ReadFile(filepath.Join(sub, FileName(0, 1)))
@@ -575,7 +575,7 @@ func FuzzManifest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := WriteDir(context.Background(), dir, DirConfig{SeqLen: 8, Mode: ModePack, Labels: LabelsMaskPad, Ranks: 2, BatchRows: 3}, src); err != nil {
+	if _, err := WriteDir(context.Background(), dir, DirConfig{Layout: Layout{SeqLen: 8, Mode: ModePack, Labels: LabelsMaskPad}, Ranks: 2, BatchRows: 3}, src); err != nil {
 		f.Fatal(err)
 	}
 	CheckArrow(f, dir)

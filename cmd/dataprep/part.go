@@ -98,7 +98,7 @@ func writePart(ctx context.Context, c *prepConfig, in *loaded, exs []shard.Examp
 // partOptions are the options of c that decide the output.
 func partOptions(c *prepConfig, in *loaded) shard.PartOptions {
 	return shard.PartOptions{
-		SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, Template: in.tmpl.Name, TemplateText: in.tmpl.Text,
+		Layout: shard.Layout{SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels}, Template: in.tmpl.Name, TemplateText: in.tmpl.Text,
 		NoSpecial: c.noSpecial, SplitLong: c.splitLong, MaxRecords: c.maxRecords, Seed: c.seed, Ranks: c.ranks,
 		DropLast: c.dropLast, BatchRows: c.batchRows, OnBadRecord: c.onBad,
 	}

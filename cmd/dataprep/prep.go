@@ -463,7 +463,7 @@ func writeShards(ctx context.Context, c *prepConfig, in *shardInput, prog *progr
 	total := int64(c.ranks) * int64((src.NumRows()+c.ranks-1)/c.ranks)
 	prog.phase("write", total)
 	return shard.WriteDir(ctx, c.out, shard.DirConfig{
-		SeqLen: c.seqLen, Mode: c.mode, Labels: c.labels, Ranks: c.ranks, Seed: c.seed, DropLast: c.dropLast,
+		Layout: layout, Ranks: c.ranks, Seed: c.seed, DropLast: c.dropLast,
 		// Shard files are written by at least 8 writers (when there are
 		// that many ranks): the time goes to write and fsync waits, not CPU.
 		BatchRows: c.batchRows, Workers: max(c.workers, min(c.ranks, 8)), Force: c.force,

@@ -82,8 +82,8 @@ func writeDataset(t *testing.T) string {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "ds")
-	if _, err := shard.WriteDir(context.Background(), dir, shard.DirConfig{SeqLen: 8, Mode: shard.ModePad,
-		Labels: shard.LabelsMaskPad, Ranks: 2, Template: "t", Tokenizer: shard.TokenizerInfo{SHA256: "t"}}, src); err != nil {
+	if _, err := shard.WriteDir(context.Background(), dir, shard.DirConfig{Layout: shard.Layout{SeqLen: 8, Mode: shard.ModePad, Labels: shard.LabelsMaskPad},
+		Ranks: 2, Template: "t", Tokenizer: shard.TokenizerInfo{SHA256: "t"}}, src); err != nil {
 		t.Fatal(err)
 	}
 	return dir

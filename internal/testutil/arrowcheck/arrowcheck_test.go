@@ -20,7 +20,7 @@ func write(t *testing.T, dir string, mode shard.Mode, labels shard.Labels, n, L,
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := shard.WriteDir(context.Background(), dir, shard.DirConfig{SeqLen: L, Mode: mode, Labels: labels,
+	m, err := shard.WriteDir(context.Background(), dir, shard.DirConfig{Layout: shard.Layout{SeqLen: L, Mode: mode, Labels: labels},
 		Ranks: ranks, Seed: 5, BatchRows: batchRows, Tokenizer: shard.TokenizerInfo{SHA256: "t", PadID: 3}}, src)
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func run(out string, ranks, rows, seqLen int, mode, labels string, seed uint64, 
 	pad := int32(0)
 	eos := "<eos>"
 	man, err := shard.WriteDir(context.Background(), out, shard.DirConfig{
-		SeqLen: seqLen, Mode: m, Labels: lp, Ranks: ranks, Seed: seed, DropLast: dropLast,
+		Layout: shard.Layout{SeqLen: seqLen, Mode: m, Labels: lp}, Ranks: ranks, Seed: seed, DropLast: dropLast,
 		BatchRows: batchRows, Force: force, Template: "synthetic", TemplateText: "",
 		Tokenizer: shard.TokenizerInfo{SHA256: "synthetic", EOSID: &pad, PadID: 0, EOS: &eos, Pad: &eos},
 		CreatedBy: "ferry mkshards",
