@@ -39,8 +39,11 @@ build:
 
 # Wheels for linux/amd64 and linux/arm64 carrying the three commands beside
 # the ferry package (pip puts them on the venv's PATH): $(WHEEL_DIR)/ferry-*.whl.
+# It needs Go and python3 (3.10+, venv) only: scripts/build-wheel makes a small
+# $(FERRY_CACHE)/build-venv with setuptools, or uses WHEEL_PYTHON when set.
+WHEEL_PYTHON ?=
 wheel:
-	PYTHON=$(PYTHON) GO=$(GO) GO_LDFLAGS="$(GO_LDFLAGS)" scripts/build-wheel "$(WHEEL_DIR)"
+	PYTHON=$(WHEEL_PYTHON) GO=$(GO) GO_LDFLAGS="$(GO_LDFLAGS)" scripts/build-wheel "$(WHEEL_DIR)"
 
 setup-test-deps:
 	scripts/setup-test-deps
@@ -72,9 +75,13 @@ lint: vet cross fmt-check layering
 
 # FERRY_REQUIRE_TOOLS=1 turns a missing test tool (versitygw, node, torch) into
 # a failure instead of a skip: `make test` never skips a check.
+# scripts/isolated: a fresh TMPDIR and HOME for the tests, and a failure when
+# they leave anything in /tmp outside that TMPDIR (as on a fresh machine).
+ISOLATED := scripts/isolated
+
 test-go: build
-	FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 $(RACE_PKGS)
-	FERRY_REQUIRE_TOOLS=1 $(GO) test -count=1 $(FULL_PKGS)
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -race -count=1 $(RACE_PKGS)
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 $(FULL_PKGS)
 
 # The tests import the installed package (pip install ./python), never the
 # source tree.
@@ -88,11 +95,11 @@ install-python:
 TF4_LANE ?= python/tests/test_packing.py
 
 test-python: build install-python
-	FERRY_REQUIRE_TOOLS=1 $(PYTHON) -m pytest -ra python/
-	FERRY_REQUIRE_TOOLS=1 FERRY_EXPECT_TRANSFORMERS=4. PYTHONPATH=$(FERRY_CACHE)/tf4 $(PYTHON) -m pytest -ra $(TF4_LANE)
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(PYTHON) -m pytest -ra python/
+	FERRY_REQUIRE_TOOLS=1 FERRY_EXPECT_TRANSFORMERS=4. PYTHONPATH=$(FERRY_CACHE)/tf4 $(ISOLATED) $(PYTHON) -m pytest -ra $(TF4_LANE)
 
 fuzz:
-	FUZZTIME=$(FUZZTIME) scripts/fuzz
+	FUZZTIME=$(FUZZTIME) $(ISOLATED) scripts/fuzz
 
 test: setup-test-deps vet cross fmt-check test-go fuzz test-python
 

@@ -181,3 +181,36 @@ def read_maybe_zstd(path):
         need(f"cannot decompress {path}: no zstd on PATH and no zstandard module", False)
     with open(path, "rb") as f:
         return zstandard.ZstdDecompressor().stream_reader(f).read()
+
+
+class RayTempDir:
+    """A temporary directory that holds everything a Ray cluster of the
+    tests writes: the nodes' session directories (``ROOT/ray``, passed as
+    the nodes' temp dir) and the address file Ray writes to its *default*
+    temp dir whatever the nodes were given (``RAY_TMPDIR/ray``, which is
+    ``/tmp/ray`` unless RAY_TMPDIR or TMPDIR say otherwise). RAY_TMPDIR
+    points at ROOT while it is open, so both are the same directory and
+    nothing goes to /tmp/ray. ROOT is under the system temp dir with a short
+    name: Ray's socket paths live under it (at most 107 bytes)."""
+
+    def __enter__(self):
+        import tempfile
+
+        self.root = tempfile.mkdtemp(prefix="ray-")
+        self.temp_dir = os.path.join(self.root, "ray")
+        os.mkdir(self.temp_dir)
+        self._saved = os.environ.get("RAY_TMPDIR")
+        os.environ["RAY_TMPDIR"] = self.root
+        return self
+
+    def env(self, base=None):
+        """base (default os.environ) with RAY_TMPDIR set, for `ray start` and friends."""
+        return dict(os.environ if base is None else base, RAY_TMPDIR=self.root)
+
+    def __exit__(self, *exc):
+        if self._saved is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = self._saved
+        shutil.rmtree(self.root, ignore_errors=True)
+        return False

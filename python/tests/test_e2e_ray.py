@@ -27,13 +27,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 import torch
 
-from helpers import REPO, build_go_tool
+from helpers import REPO, RayTempDir, build_go_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -93,21 +92,20 @@ def faulty_train_func(config):
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A one-node Ray cluster on 127.0.0.1 with 2 CPUs; `ray stop --force` after."""
-    tmp = tempfile.mkdtemp(prefix="ferry-ray-", dir="/tmp")  # short: Ray's socket paths live under it
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={WORKERS}",
-           "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp}"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
-        if r.returncode != 0:
-            pytest.fail(f"{' '.join(cmd)} exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, env=env, timeout=120)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with RayTempDir() as tmp:
+        env = tmp.env(dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={WORKERS}",
+               "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp.temp_dir}"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+            if r.returncode != 0:
+                pytest.fail(f"{' '.join(cmd)} exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            yield f"127.0.0.1:{port}"
+        finally:
+            subprocess.run([RAY, "stop", "--force"], capture_output=True, env=env, timeout=120)
 
 
 def tiny_qwen(tok_dir, out):

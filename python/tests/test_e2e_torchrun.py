@@ -252,15 +252,6 @@ def tiny_llama_dir(path):
     return tok
 
 
-def example_module():
-    sys.path.insert(0, os.path.dirname(EXAMPLE))
-    try:
-        import train as example
-    finally:
-        sys.path.pop(0)
-    return example
-
-
 def process_tree(pid):
     import psutil
 
@@ -319,8 +310,14 @@ def expected_order(data, ranks, batch_size, steps, seed=0):
     return want, by_crc
 
 
+# Both precision branches of the example run on every machine, forced with
+# its --mixed-precision flag (its "auto" picks one by the CPU's features).
+# The merged model keeps the dtype the job trained in: the seed loads bf16
+# weights and trains them under bf16 mixed precision, so its merged model
+# (tensors and config.json) is bf16; an fp32 run gives an fp32 model.
 @pytest.mark.e2e
-def test_torchrun_example_fsdp_tiny_llama_kill_and_resume(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_torchrun_example_fsdp_tiny_llama_kill_and_resume(tmp_path, precision):
     import mlflow
     import transformers
 
@@ -352,7 +349,8 @@ def test_torchrun_example_fsdp_tiny_llama_kill_and_resume(tmp_path):
     args = ["--cpu", "--model-name", str(model_dir), "--data-dir", str(data), "--output-dir", str(out),
             "--tokenizer-dir", str(model_dir), "--max-seq-len", "64", "--labels", "mask-pad",
             "--batch-size", str(B), "--grad-accum", "1", "--lr", "0.003", "--max-steps", str(steps),
-            "--save-every", str(save_every), "--metrics-file", str(metrics), "--sample-log", str(samples)]
+            "--save-every", str(save_every), "--metrics-file", str(metrics), "--sample-log", str(samples),
+            "--mixed-precision", precision]
 
     def cmd():
         return [*TORCHRUN, "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
@@ -385,7 +383,7 @@ def test_torchrun_example_fsdp_tiny_llama_kill_and_resume(tmp_path):
     assert k % save_every == 0 and save_every <= k < killed_at < steps, (k, killed_at)
     run1_log = (tmp_path / "run1.log").read_text()
     assert "World size=2" in run1_log and "labels=mask-pad" in run1_log, run1_log[-3000:]
-    want_precision = "bf16 mixed precision" if example_module().cpu_has_native_bf16() else "fp32"
+    want_precision = {"bf16": "bf16 mixed precision", "fp32": "fp32"}[precision]
     assert f"FSDP {want_precision}" in run1_log, run1_log[-3000:]
 
     # 2. Restart with --resume: continues from step k to the end.
@@ -444,15 +442,20 @@ def test_torchrun_example_fsdp_tiny_llama_kill_and_resume(tmp_path):
     final = ckpt_dir / f"step-{steps:08d}"
     assert (final / ".metadata").exists() and any(n.endswith(".distcp") for n in os.listdir(final))
     run([ckptmerge, "--force", "--config-from", str(ckpt_dir / "hf-meta"), str(final), str(out)])
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+    with open(out / "config.json") as f:
+        config = json.load(f)
+    assert config.get("dtype", config.get("torch_dtype")) == str(dtype).removeprefix("torch."), config
     got = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
-    want_model = transformers.LlamaForCausalLM.from_pretrained(str(model_dir)).eval()
+    want_model = transformers.LlamaForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
     want_state = torch.load(ref)
     want_model.load_state_dict(want_state, strict=True)
     for name, v in got.state_dict().items():
+        assert v.dtype == want_state[name].dtype == dtype, (name, v.dtype, want_state[name].dtype)
         assert torch.equal(v, want_state[name]), name
     ids = torch.tensor([tok.encode("### Instruction:\nGive three tips for staying healthy.\n\n### Response:\n")])
     with torch.no_grad():
         assert torch.equal(got(ids).logits, want_model(ids).logits)
     saved = transformers.AutoTokenizer.from_pretrained(str(out))
     assert saved.pad_token == saved.eos_token is not None
-    print(f"tiny-llama FSDP e2e: {time.time() - t0:.1f}s (killed at step {killed_at}, resumed from {k})")
+    print(f"tiny-llama FSDP e2e ({precision}): {time.time() - t0:.1f}s (killed at step {killed_at}, resumed from {k})")

@@ -41,7 +41,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -55,7 +54,7 @@ import ray
 import ferry
 import ferry._commands
 import ferry.ray
-from helpers import REPO, build_go_tool, go_binary, need
+from helpers import REPO, RayTempDir, build_go_tool, go_binary, need
 
 ALPACA_TINY = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
 ALPACA_DEMO = os.path.join(REPO, "testdata", "alpaca", "alpaca_en_demo.json.zst")
@@ -221,10 +220,14 @@ def cluster(dataprep, s3):
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    tmp = tempfile.mkdtemp(prefix="ferry-ray-", dir="/tmp")  # short: Ray's socket paths live under it
+    with RayTempDir() as tmp:
+        yield from _cluster(Cluster, tmp, dataprep, s3)
+
+
+def _cluster(Cluster, tmp, dataprep, s3):
     t0 = time.monotonic()
     c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, num_gpus=0, include_dashboard=False,
-                                                          temp_dir=tmp))
+                                                          temp_dir=tmp.temp_dir))
     try:
         c.add_node(num_cpus=1, num_gpus=0)
         c.wait_for_nodes()
@@ -237,7 +240,6 @@ def cluster(dataprep, s3):
     finally:
         ray.shutdown()
         c.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cpu_seconds(pid):

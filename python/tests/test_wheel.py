@@ -35,7 +35,7 @@ def wheels(tmp_path_factory):
     need("go (to build the wheels' binaries)", shutil.which("go"))
     need("make", shutil.which("make"))
     out = tmp_path_factory.mktemp("dist")
-    r = subprocess.run(["make", "-s", "wheel", f"WHEEL_DIR={out}", f"PYTHON={sys.executable}"], cwd=REPO,
+    r = subprocess.run(["make", "-s", "wheel", f"WHEEL_DIR={out}", f"WHEEL_PYTHON={sys.executable}"], cwd=REPO,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"make wheel failed:\n{r.stdout}\n{r.stderr}"
     version = source_version()
@@ -46,6 +46,32 @@ def wheels(tmp_path_factory):
         found["arm64" if "aarch64" in m.group(1) else "amd64"] = os.path.join(out, name)
     assert sorted(found) == ["amd64", "arm64"], os.listdir(out)
     return version, found
+
+
+def test_make_wheel_on_a_machine_without_the_test_venv(tmp_path):
+    """`make wheel` needs neither the test venv nor a PYTHON: it makes its own
+    small build environment under $FERRY_CACHE (setuptools from the package
+    index), and says in one line what is missing when it cannot."""
+    need("go (to build the wheels' binaries)", shutil.which("go"))
+    need("make", shutil.which("make"))
+    venv_bin = os.path.dirname(sys.executable)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "FERRY_PYTHON", "VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(PATH=path, FERRY_CACHE=str(tmp_path / "cache"),
+               WHEEL_PLATFORMS="amd64:manylinux_2_17_x86_64.manylinux2014_x86_64")
+    out = tmp_path / "dist"
+    r = subprocess.run(["make", "-s", "wheel", f"WHEEL_DIR={out}", "PYTHON="], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"make wheel failed:\n{r.stdout}\n{r.stderr}"
+    assert [n for n in os.listdir(out) if n.endswith(".whl")] == \
+        [f"ferry-{source_version()}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], os.listdir(out)
+    assert (tmp_path / "cache" / "build-venv" / ".ferry-complete").exists()
+
+    r = subprocess.run(["make", "-s", "wheel", f"WHEEL_DIR={out}", "GO=/nonexistent/go"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    said = [line for line in r.stderr.splitlines() if line.startswith("build-wheel:")]
+    assert len(said) == 1 and "missing Go" in said[0], r.stderr
 
 
 def elf_machine(data):
