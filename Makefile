@@ -29,7 +29,7 @@ COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 GO_LDFLAGS := -X github.com/ferryml/ferry/internal/version.Version=$(VERSION) -X github.com/ferryml/ferry/internal/version.Commit=$(COMMIT)
 WHEEL_DIR ?= dist
 
-.PHONY: all build wheel test test-go test-python install-python setup-test-deps vet cross fmt-check layering lint fuzz demo bench bench-quick clean
+.PHONY: all build wheel test test-go test-python install-python setup-test-deps vet cross fmt-check staticcheck layering lint fuzz demo bench bench-quick clean
 
 all: build
 
@@ -66,12 +66,17 @@ fmt-check:
 layering:
 	$(GO) test -count=1 ./internal/layering/
 
-# dataprep and ckptmerge also build for Windows (ferry-serve is Linux-only).
-lint: vet cross fmt-check layering
-	GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/dataprep ./cmd/ckptmerge
-	@if [ -x "$(GOBIN_DIR)/staticcheck" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); then \
+# staticcheck, installed from the Go module proxy at the pinned version when
+# missing or another version; `make test` runs it too.
+staticcheck:
+	@if "$(GOBIN_DIR)/staticcheck" -version 2>/dev/null | grep -qF "($(STATICCHECK_VERSION:v%=%))" || \
+		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); then \
 		"$(GOBIN_DIR)/staticcheck" ./...; \
-	else echo "lint: staticcheck $(STATICCHECK_VERSION) could not be installed from the module proxy"; exit 1; fi
+	else echo "staticcheck: $(STATICCHECK_VERSION) could not be installed from the module proxy"; exit 1; fi
+
+# dataprep and ckptmerge also build for Windows (ferry-serve is Linux-only).
+lint: vet cross fmt-check layering staticcheck
+	GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/dataprep ./cmd/ckptmerge
 
 # FERRY_REQUIRE_TOOLS=1 turns a missing test tool (versitygw, node, torch) into
 # a failure instead of a skip: `make test` never skips a check.
@@ -101,7 +106,7 @@ test-python: build install-python
 fuzz:
 	FUZZTIME=$(FUZZTIME) $(ISOLATED) scripts/fuzz
 
-test: setup-test-deps vet cross fmt-check test-go fuzz test-python
+test: setup-test-deps vet cross fmt-check staticcheck test-go fuzz test-python
 
 DEMO_OUT ?= out/demo
 demo: build
