@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Goldens for chattemplate/: transformers' apply_chat_template(tokenize=False)
+over a conversation corpus, for every chat template under
+testdata/chattemplate/ (the 12 tokenizer families and TRL's templates).
+
+Run with the pinned test venv (scripts/setup-test-deps):
+
+    $HOME/.cache/ferry/venv/bin/python scripts/gen-chattemplate-goldens.py [--shared ../shared]
+
+It reads the chat datasets in ../shared/testdata/chat (to build the corpus)
+and the families' tokenizer.json (to build a tokenizer object offline), and
+writes testdata/chattemplate/corpus.jsonl.gz and goldens.jsonl.gz
+(deterministic: same inputs, same bytes).
+
+strftime_now is pinned to PINNED_NOW by replacing the datetime that
+transformers' chat_template_utils calls; the Go test injects the same clock.
+"""
+import argparse
+import datetime as _dt
+import gzip
+import json
+import os
+import sys
+
+import transformers
+import transformers.utils.chat_template_utils as ctu
+from transformers import PreTrainedTokenizerFast
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(REPO, "testdata", "chattemplate")
+PINNED_NOW = _dt.datetime(2026, 1, 15, 10, 30, 45)
+
+
+class _PinnedDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return PINNED_NOW
+
+
+ctu.datetime = _PinnedDatetime  # strftime_now reads it at call time
+
+SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# The special tokens TRL's templates are rendered with (they are not tied to one tokenizer).
+TRL_SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+
+
+def token_content(v):
+    if isinstance(v, dict):
+        return v.get("content")
+    return v
+
+
+def sharegpt_to_messages(turns):
+    """ShareGPT from/value turns to messages (the same mapping as chattemplate.ShareGPT)."""
+    roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+             "system": "system", "observation": "tool", "tool": "tool", "function_call": "assistant"}
+    out = []
+    for t in turns:
+        role = roles[t["from"]]
+        if t["from"] == "function_call":
+            call = json.loads(t["value"])
+            out.append({"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}]})
+        else:
+            out.append({"role": role, "content": t["value"]})
+    return out
+
+
+def reason_record(rec, parts_as_list):
+    msgs = []
+    for m in rec["messages"]:
+        text = [p["value"] for p in m["content"] if p["type"] == "text"]
+        reasoning = [p["value"] for p in m["content"] if p["type"] == "reasoning"]
+        calls = [p["value"] for p in m["content"] if p["type"] == "tool_call"]
+        msg = {"role": m["role"]}
+        if parts_as_list:
+            msg["content"] = [{"type": "text", "text": t} for t in text]
+        else:
+            msg["content"] = "".join(text)
+        if reasoning:
+            msg["reasoning_content"] = "".join(reasoning)
+        if calls:
+            msg["tool_calls"] = []
+            for c in calls:
+                c = json.loads(c)
+                msg["tool_calls"].append({"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}})
+        msgs.append(msg)
+    return msgs
+
+
+def build_corpus(shared):
+    chat = os.path.join(shared, "testdata", "chat")
+    cases = []
+
+    def add(cid, messages, tools=None, agp=False, kwargs=None, source=None):
+        c = {"id": cid, "messages": messages, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs or {}}
+        if source is not None:
+            c["sharegpt"] = source
+        cases.append(c)
+
+    fast = json.load(open(os.path.join(chat, "fastchat-dummy", "dummy_conversation.json"), encoding="utf-8"))
+    for i in range(0, len(fast), 12):  # 42 of 500, every shape (2/4/6 turns)
+        r = fast[i]
+        add(f"fastchat/{r['id']}", sharegpt_to_messages(r["conversations"]), agp=(i % 24 == 0), source=r["conversations"])
+    glaive = json.load(open(os.path.join(chat, "llamafactory-glaive", "glaive_toolcall_en_demo.json"), encoding="utf-8"))
+    for i in range(0, len(glaive), 7):  # 43 of 300
+        r = glaive[i]
+        tools = json.loads(r["tools"]) if r.get("tools") else None
+        if tools == []:
+            tools = None
+        # glaive's tools are bare function schemas; wrap them as transformers documents.
+        if tools:
+            tools = [{"type": "function", "function": t} for t in tools]
+        add(f"glaive/{i}", sharegpt_to_messages(r["conversations"]), tools=tools, source=r["conversations"])
+    with open(os.path.join(chat, "llamafactory-reason", "reason_tool_use_demo_50.jsonl"), encoding="utf-8") as f:
+        reason = [json.loads(l) for l in f]
+    for i, r in enumerate(reason):  # all 50; every 5th also with list-of-text-parts content
+        tools = json.loads(r["tools"]) if r.get("tools") else None
+        add(f"reason/{i}", reason_record(r, False), tools=tools)
+        if i % 5 == 0:
+            add(f"reason-parts/{i}", reason_record(r, True), tools=tools)
+    with open(os.path.join(chat, "msfoundry-stock", "stock_toolcall_training.jsonl"), encoding="utf-8") as f:
+        stock = [json.loads(l) for l in f]
+    for i in range(0, len(stock), 3):  # 29 of 86
+        r = stock[i]
+        add(f"stock/{i}", r["messages"], tools=r.get("tools"), agp=(i % 9 == 0))
+
+    weather = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city",
+                "parameters": {"type": "object", "properties": {
+                    "city": {"type": "string", "description": "City name"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                    "threshold": {"type": "number", "description": "Alert threshold", "default": 1.0, "minimum": -0.5, "maximum": 1e-05},
+                    "days": {"type": "integer", "default": 3}},
+                    "required": ["city"]}}}]
+    u = {"role": "user", "content": "Hello!"}
+    a = {"role": "assistant", "content": "Hi there. How can I help?"}
+    s = {"role": "system", "content": "You are a terse assistant."}
+    add("hand/single-user", [u])
+    add("hand/single-user-agp", [u], agp=True)
+    add("hand/system-user-assistant", [s, u, a])
+    add("hand/no-system-multi", [u, a, {"role": "user", "content": "And again?"}, {"role": "assistant", "content": "Again."}])
+    add("hand/ends-with-user-agp", [s, u, a, {"role": "user", "content": "One more question."}], agp=True)
+    add("hand/ends-with-user", [u, a, {"role": "user", "content": "One more question."}])
+    add("hand/empty-content", [{"role": "system", "content": ""}, {"role": "user", "content": ""}, {"role": "assistant", "content": ""}])
+    add("hand/unicode", [{"role": "system", "content": "Réponds en français. 日本語も。"},
+                         {"role": "user", "content": "emoji 👩‍👩‍👧 and 你好 and line\u2028sep and \x1cfs and tab\tend  "},
+                         {"role": "assistant", "content": "  straße İstanbul ǅ \u3000 ok \u00a0"}])
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "abc123XYZ", "type": "function", "function": {
+        "name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "threshold": 0.5, "days": 2, "nested": {"z": 1, "a": [1.0, None, True]}}}}]}
+    tool = {"role": "tool", "tool_call_id": "abc123XYZ", "name": "get_weather", "content": "{\"temp\": 21.5, \"sky\": \"clear\"}"}
+    add("hand/tool-call-dict-args", [u, call, tool, {"role": "assistant", "content": "It is 21.5 °C and clear."}], tools=weather)
+    add("hand/tool-call-agp", [s, u, call, tool], tools=weather, agp=True)
+    add("hand/tools-no-call", [s, u], tools=weather, agp=True)
+    add("hand/reasoning", [u, {"role": "assistant", "content": "The answer is 4.", "reasoning_content": "2+2=4, simple."},
+                           {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "Welcome.", "reasoning_content": "Be polite."}])
+    add("hand/thinking-field", [u, {"role": "assistant", "content": "Done.", "thinking": "Let me think."}])
+    add("hand/inline-think", [u, {"role": "assistant", "content": "<think>\nhidden\n</think>\n\nvisible answer"}])
+    add("hand/null-keys", [{"role": "user", "content": "hi", "name": None}, {"role": "assistant", "content": "yo", "tool_calls": None}])
+    add("hand/pinned-date", [u, a], kwargs={"date_string": "03 Feb 2025"})
+    add("hand/enable-thinking-false", [u], agp=True, kwargs={"enable_thinking": False})
+    add("hand/developer-reasoning-effort", [{"role": "developer", "content": "Be brief."}, u, a], kwargs={"reasoning_effort": "high"})
+    add("hand/bad-alternation", [u, {"role": "user", "content": "twice"}])
+    add("hand/long-turns", [m for _ in range(20) for m in (u, a)])
+    return cases
+
+
+def families(shared):
+    root = os.path.join(OUT, "families")
+    for name in sorted(os.listdir(root)):
+        d = os.path.join(root, name)
+        cfg = json.load(open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8"))
+        jinja = os.path.join(d, "chat_template.jinja")
+        template = open(jinja, encoding="utf-8").read() if os.path.exists(jinja) else cfg["chat_template"]
+        special = {k: token_content(cfg[k]) for k in SPECIAL if cfg.get(k) is not None}
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(shared, "testdata", "tokenizers", name, "tokenizer.json"), **special)
+        tok.chat_template = template
+        yield f"family/{name}", tok, template
+
+
+def trl_templates(shared):
+    root = os.path.join(OUT, "trl")
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(shared, "testdata", "tokenizers", "qwen2.5", "tokenizer.json"), **TRL_SPECIAL)
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".jinja"):
+            yield f"trl/{name[:-6]}", tok, open(os.path.join(root, name), encoding="utf-8").read()
+
+
+def render(tok, template, case):
+    kw = dict(case["kwargs"])
+    text = tok.apply_chat_template(case["messages"], tools=case["tools"], add_generation_prompt=case["add_generation_prompt"],
+                                   tokenize=False, chat_template=template, **kw)
+    spans = None
+    if "generation" in template and "{%" in template:
+        conv = ctu._normalize_chat_messages(case["messages"])
+        rendered, idx = ctu.render_jinja_template(conversations=[conv], tools=case["tools"], chat_template=template,
+                                                  return_assistant_tokens_mask=True,
+                                                  add_generation_prompt=case["add_generation_prompt"],
+                                                  **{**tok.special_tokens_map, **kw})
+        assert rendered[0] == text, "span render differs from apply_chat_template"
+        spans = [list(s) for s in idx[0]]
+    return text, spans
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
+    args = ap.parse_args()
+    cases = build_corpus(args.shared)
+    with gzip.GzipFile(os.path.join(OUT, "corpus.jsonl.gz"), "wb", mtime=0) as f:
+        for c in cases:
+            f.write((json.dumps(c, ensure_ascii=False) + "\n").encode("utf-8"))
+    n = errs = 0
+    with gzip.GzipFile(os.path.join(OUT, "goldens.jsonl.gz"), "wb", mtime=0) as f:
+        for tname, tok, template in [*families(args.shared), *trl_templates(args.shared)]:
+            for c in cases:
+                rec = {"template": tname, "case": c["id"]}
+                try:
+                    text, spans = render(tok, template, c)
+                    rec["text"] = text
+                    if spans is not None:
+                        rec["spans"] = spans
+                except Exception as e:  # the Go engine must fail too
+                    rec["error"] = f"{type(e).__name__}: {e}"
+                    errs += 1
+                n += 1
+                f.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+    print(f"transformers {transformers.__version__}: {len(cases)} conversations, {n} renders, {errs} errors", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
