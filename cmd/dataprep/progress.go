@@ -31,14 +31,16 @@ func newProgress(w io.Writer, quiet bool, every time.Duration, prefix string) *p
 	return pr
 }
 
-func (p *progress) phase(name string, total int64) {
+// Phase starts a phase (prep.Progress).
+func (p *progress) Phase(name string, total int64) {
 	p.mu.Lock()
 	p.name, p.total = name, total
 	p.done.Store(0)
 	p.mu.Unlock()
 }
 
-func (p *progress) add(n int64) { p.done.Add(n) }
+// Add counts n more units of the phase (prep.Progress).
+func (p *progress) Add(n int64) { p.done.Add(n) }
 
 // line is the status line; "" before the first phase.
 func (p *progress) line() string {
@@ -55,7 +57,8 @@ func (p *progress) line() string {
 	return fmt.Sprintf("%s: %-8s %.1fs", p.prefix, p.name, el)
 }
 
-// logf prints a message line (not suppressed by a terminal line).
-func (p *progress) logf(format string, a ...any) { p.p.Logf(p.prefix+": "+format, a...) }
+// Logf prints a message line (not suppressed by a terminal line;
+// prep.Progress).
+func (p *progress) Logf(format string, a ...any) { p.p.Logf(p.prefix+": "+format, a...) }
 
 func (p *progress) stop() { p.p.Stop() }
