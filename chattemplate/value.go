@@ -177,6 +177,12 @@ func pyTypeName(v Value) string {
 		return "Macro"
 	case *loopObj:
 		return "LoopContext"
+	case *boundMethod:
+		return "builtin_function_or_method"
+	case *builtinFunc:
+		return "function"
+	case markup:
+		return "Markup"
 	}
 	return "object"
 }
@@ -407,7 +413,7 @@ func pyStr(v Value) (string, error) {
 	case *List, *Dict, *namespace:
 		return pyRepr(v)
 	}
-	return "", fmt.Errorf("printing a %s is not implemented", pyTypeName(v))
+	return "", unsupportedErr("printing a %s", pyTypeName(v))
 }
 
 // isSpace is Python's str.isspace for one code point.

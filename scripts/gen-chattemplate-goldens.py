@@ -10,7 +10,8 @@ Run with the pinned test venv (scripts/setup-test-deps):
 It reads the chat datasets in ../shared/testdata/chat (to build the corpus)
 and the families' tokenizer.json (to build a tokenizer object offline), and
 writes testdata/chattemplate/corpus.jsonl.gz and goldens.jsonl.gz
-(deterministic: same inputs, same bytes).
+(deterministic: same inputs, same bytes), and re-renders the expected
+results of the hand-written cases in testdata/chattemplate/semantics.json.
 
 strftime_now is pinned to PINNED_NOW by replacing the datetime that
 transformers' chat_template_utils calls; the Go test injects the same clock.
@@ -20,6 +21,7 @@ import datetime as _dt
 import gzip
 import json
 import os
+import re
 import sys
 
 import transformers
@@ -201,10 +203,28 @@ def render(tok, template, case):
     return text, spans
 
 
+def regen_semantics():
+    """Re-render testdata/chattemplate/semantics.json's cases (src, vars) with
+    transformers' own jinja2 environment; "go" marks kept as they are."""
+    path = os.path.join(OUT, "semantics.json")
+    cases = json.load(open(path, encoding="utf-8"))
+    for c in cases:
+        c.pop("want", None)
+        c.pop("err", None)
+        try:
+            # Object addresses (a printed generator) vary from run to run.
+            c["want"] = re.sub(r" at 0x[0-9a-f]+", " at 0x…", ctu._cached_compile_jinja_template(c["src"]).render(**c["vars"]))
+        except Exception as e:
+            c["err"] = f"{type(e).__name__}: {e}"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=False, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
     args = ap.parse_args()
+    regen_semantics()
     cases = build_corpus(args.shared)
     with gzip.GzipFile(os.path.join(OUT, "corpus.jsonl.gz"), "wb", mtime=0) as f:
         for c in cases:
