@@ -3,8 +3,6 @@ package serve
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ferryml/ferry/internal/storage"
@@ -117,8 +114,9 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 		}
 	}
 	ranks, cacheDir := cfg.ranks, cfg.cacheDir
-	remote := storage.IsS3(loc)
-	mloc := joinLoc(loc, shard.ManifestName)
+	_, local := storage.LocalPath(loc)
+	remote := !local
+	mloc := storage.Join(loc, shard.ManifestName)
 	rc, _, err := storage.OpenStream(ctx, mloc)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w (a dataprep output directory has a manifest.json)", mloc, err)
@@ -172,7 +170,7 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 			if cfg.verify {
 				vo = append(vo, shard.WithChecksum())
 			}
-			r, err = m.OpenFile(joinLoc(loc, m.Files[rank].Path), rank, vo...)
+			r, err = m.OpenFile(storage.Join(loc, m.Files[rank].Path), rank, vo...)
 			if err != nil {
 				err = corrupt(err)
 			}
@@ -196,13 +194,6 @@ func corrupt(err error) error {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return fmt.Errorf("serve: %w", err)
-}
-
-func joinLoc(base, name string) string {
-	if storage.IsS3(base) {
-		return strings.TrimSuffix(base, "/") + "/" + name
-	}
-	return filepath.Join(base, name)
 }
 
 // newShardFile indexes the batches of a validated shard: the reader lists
@@ -276,15 +267,19 @@ func (d *Dataset) Close() error {
 // its SHA-256.
 func fetchShard(ctx context.Context, loc, cacheDir string, m *shard.Manifest, rank int, logf func(string, ...any)) (*shard.Reader, error) {
 	fe := &m.Files[rank]
-	src := joinLoc(loc, fe.Path)
+	src := storage.Join(loc, fe.Path)
 	local := filepath.Join(cacheDir, fe.SHA256+"-"+path.Base(fe.Path))
 	if r, err := m.OpenFile(local, rank, shard.WithChecksum()); err == nil {
 		logf("using %s (verified copy of %s)", local, src)
 		return r, nil
 	}
 	start := time.Now()
-	if err := fetch(ctx, src, local, fe); err != nil {
-		return nil, err
+	// Only a copy whose size and SHA-256 check out is ever committed to
+	// the cache.
+	if err := storage.Fetch(ctx, src, local, fe.SHA256, fe.Bytes); errors.Is(err, storage.ErrChecksum) {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
 	}
 	logf("fetched %s (%d bytes) to %s in %.1fs", src, fe.Bytes, local, time.Since(start).Seconds())
 	r, err := m.OpenFile(local, rank) // hashed while it streamed in
@@ -292,33 +287,6 @@ func fetchShard(ctx context.Context, loc, cacheDir string, m *shard.Manifest, ra
 		return nil, corrupt(err)
 	}
 	return r, nil
-}
-
-// fetch copies a remote shard into local, checking its size and SHA-256
-// against fe while it streams, so that only a verified copy is ever
-// committed to the cache.
-func fetch(ctx context.Context, src, local string, fe *shard.FileEntry) error {
-	rc, size, err := storage.OpenStream(ctx, src)
-	if err != nil {
-		return fmt.Errorf("serve: fetch %s: %w", src, err)
-	}
-	defer rc.Close()
-	if size != fe.Bytes {
-		return fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, src, size, fe.Bytes)
-	}
-	w, err := storage.Create(ctx, local, storage.WithOverwrite(true))
-	if err != nil {
-		return fmt.Errorf("serve: fetch %s: %w", src, err)
-	}
-	defer w.Abort()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(w, h), rc); err != nil {
-		return fmt.Errorf("serve: fetch %s: %w", src, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, fe.SHA256) {
-		return fmt.Errorf("%w: %s: sha256 %s, manifest says %s", ErrCorrupt, src, got, fe.SHA256)
-	}
-	return w.Commit()
 }
 
 // checkRun reports an error wrapping ErrNotServed or ErrLimit for a run

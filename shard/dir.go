@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -82,20 +81,11 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	if err != nil {
 		return nil, err
 	}
-	s3 := storage.IsS3(out)
-	stage := out
-	if s3 {
-		base := cfg.StageDir
-		if base == "" {
-			base = os.TempDir()
-		}
-		if stage, err = os.MkdirTemp(base, "ferry-shards-"); err != nil {
-			return nil, fmt.Errorf("shard: staging directory: %w", err)
-		}
-		defer os.RemoveAll(stage)
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
+	stage, err := storage.NewStage(out, cfg.StageDir)
+	if err != nil {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
+	defer stage.Close()
 	if err := prepareOut(ctx, out, cfg.Force); err != nil {
 		return nil, err
 	}
@@ -120,7 +110,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 			name := FileName(rank, cfg.Ranks)
 			row := layout.NewRow()
 			var tok int64
-			fe, err := writeFile(gctx, stage, name, meta, cfg.BatchRows, rowsPerRank, func(j int) (*Row, error) {
+			fe, err := writeFile(gctx, stage.Dir(), name, meta, cfg.BatchRows, rowsPerRank, func(j int) (*Row, error) {
 				p := j*cfg.Ranks + rank
 				if err := src.FillRow(int(order[p]), row); err != nil {
 					return nil, err
@@ -134,11 +124,8 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 			if err != nil {
 				return err
 			}
-			if s3 {
-				if err := upload(gctx, filepath.Join(stage, name), storage.Join(out, name)); err != nil {
-					return err
-				}
-				_ = os.Remove(filepath.Join(stage, name))
+			if err := stage.Publish(gctx, name); err != nil {
+				return fmt.Errorf("shard: %w", err)
 			}
 			tokens.Add(tok)
 			m.Files[rank] = fe
@@ -166,7 +153,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	sum := sha256.Sum256(lossTokens)
 	m.LossTokens = &SideFile{Path: LossTokensName, Bytes: int64(len(lossTokens)), SHA256: hex.EncodeToString(sum[:]),
 		Total: lossTotal}
-	if err := writeObject(ctx, storage.Join(out, LossTokensName), lossTokens); err != nil {
+	if err := storage.WriteFile(ctx, storage.Join(out, LossTokensName), lossTokens); err != nil {
 		return nil, fmt.Errorf("shard: %s: %w", LossTokensName, err)
 	}
 	if cfg.BeforeManifest != nil {
@@ -188,24 +175,10 @@ func WriteManifest(ctx context.Context, out string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	if err := writeObject(ctx, storage.Join(out, ManifestName), data); err != nil {
+	if err := storage.WriteFile(ctx, storage.Join(out, ManifestName), data); err != nil {
 		return fmt.Errorf("shard: manifest: %w", err)
 	}
 	return nil
-}
-
-// writeObject writes data as loc atomically (temp + rename, or one S3
-// object), replacing any previous one.
-func writeObject(ctx context.Context, loc string, data []byte) error {
-	w, err := storage.Create(ctx, loc, storage.WithOverwrite(true))
-	if err != nil {
-		return err
-	}
-	defer w.Abort()
-	if _, err := w.Write(data); err != nil {
-		return err
-	}
-	return w.Commit()
 }
 
 // prepareOut refuses an existing result unless force, in which case it
@@ -226,35 +199,10 @@ func prepareOut(ctx context.Context, out string, force bool) error {
 		return fmt.Errorf("shard: %w", err)
 	}
 	stale := func(base string) bool {
-		return base == LossTokensName || strings.HasPrefix(base, "rank-") && strings.HasSuffix(base, ".arrow") ||
-			strings.HasPrefix(base, ".rank-") && strings.Contains(base, ".arrow.ferry-tmp-")
+		return base == LossTokensName || strings.HasPrefix(base, "rank-") && strings.HasSuffix(base, ".arrow")
 	}
-	if !storage.IsS3(out) {
-		ents, err := os.ReadDir(out)
-		if err != nil {
-			return fmt.Errorf("shard: %w", err)
-		}
-		for _, e := range ents {
-			if !e.IsDir() && stale(e.Name()) {
-				if err := os.Remove(filepath.Join(out, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("shard: remove stale shard: %w", err)
-				}
-			}
-		}
-		return nil
-	}
-	prefix := strings.TrimSuffix(out, "/") + "/"
-	infos, err := storage.List(ctx, prefix)
-	if err != nil {
-		return fmt.Errorf("shard: %w", err)
-	}
-	for _, in := range infos {
-		base, ok := strings.CutPrefix(in.Loc, prefix)
-		if ok && !strings.Contains(base, "/") && stale(base) {
-			if err := storage.Remove(ctx, in.Loc); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("shard: remove stale shard: %w", err)
-			}
-		}
+	if err := storage.RemoveMatching(ctx, out, stale); err != nil {
+		return fmt.Errorf("shard: remove stale shard: %w", err)
 	}
 	return nil
 }
@@ -317,26 +265,6 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 		return fe, fmt.Errorf("shard: %w", err)
 	}
 	return fe, nil
-}
-
-func upload(ctx context.Context, local, loc string) error {
-	f, err := os.Open(local)
-	if err != nil {
-		return fmt.Errorf("shard: %w", err)
-	}
-	defer f.Close()
-	w, err := storage.Create(ctx, loc, storage.WithOverwrite(true))
-	if err != nil {
-		return fmt.Errorf("shard: upload: %w", err)
-	}
-	defer w.Abort()
-	if _, err := io.Copy(w, f); err != nil {
-		return fmt.Errorf("shard: upload %s: %w", loc, err)
-	}
-	if err := w.Commit(); err != nil {
-		return fmt.Errorf("shard: upload %s: %w", loc, err)
-	}
-	return nil
 }
 
 // bufWriter is a minimal buffered writer (1 MiB) with a sticky error.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 //	WriteFile  one atomic put of a small object
 //	Fetch      one verified, atomic remote-to-local copy
 //	Stage      a local directory whose files are published at a location
+//	RemoveMatching  clear what an earlier or killed run left in a directory
 
 // ErrChecksum is returned by Fetch when the bytes it fetched do not have
 // the size or SHA-256 the caller expected; nothing is left at the target.
@@ -184,4 +186,55 @@ func (s *Stage) Close() error {
 		return nil
 	}
 	return os.RemoveAll(s.dir)
+}
+
+// RemoveMatching removes the files or objects directly in the directory
+// or prefix dir whose base name match accepts and, in a local directory,
+// the temporary files that AtomicFile or Create left behind for such
+// names (a killed writer's). A missing directory has nothing to remove.
+func RemoveMatching(ctx context.Context, dir string, match func(name string) bool) error {
+	remove := func(loc string) error {
+		if err := Remove(ctx, loc); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	p, local := LocalPath(dir)
+	if !local {
+		names, err := ListNames(ctx, dir)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			if match(name) {
+				if err := remove(Join(dir, name)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	ents, err := os.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() {
+			continue
+		}
+		target := name
+		if i := strings.Index(name, tempMarker); i > 0 && name[0] == '.' {
+			target = name[1:i]
+		}
+		if match(target) {
+			if err := remove(filepath.Join(p, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
