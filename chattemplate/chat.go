@@ -191,7 +191,7 @@ func FromTokenizerDir(dir, name string) (*Template, map[string]string, error) {
 		}
 		for _, k := range specialTokenNames {
 			raw, ok := cfg[k]
-			if !ok {
+			if !ok || string(raw) == "null" {
 				continue
 			}
 			var s string

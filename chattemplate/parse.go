@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // node is a statement of the template body.
@@ -282,7 +283,7 @@ func (p *parser) parseBody(ends []string) ([]node, string, error) {
 		switch t.kind {
 		case tEOF:
 			if len(ends) > 0 {
-				return nil, "", p.failf(t.line, "unexpected end of template: expected '%s'", ends[0])
+				return nil, "", p.failf(t.line, "unexpected end of template: expected '%s'", strings.Join(ends, "' or '"))
 			}
 			return body, "", nil
 		case tData:
