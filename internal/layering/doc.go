@@ -8,6 +8,8 @@
 //	shard, ckpt, internal/…
 //	           libraries: never import cmd/ or serve
 //	tokenize/… imports nothing of ferry outside tokenize/ (its tests may)
+//	chattemplate/…
+//	           imports nothing of ferry outside chattemplate/ (its tests may)
 //
 // `make lint` runs it, and so does `go test ./...`.
 package layering

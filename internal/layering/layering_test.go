@@ -54,6 +54,13 @@ func violations(pkgs []pkg) []string {
 				}
 			}
 		}
+		if under(p.ImportPath, "chattemplate") {
+			for _, imp := range p.Imports {
+				if (imp == module || strings.HasPrefix(imp, module+"/")) && !under(imp, "chattemplate") {
+					bad(p, imp, "chattemplate imports nothing of ferry outside chattemplate/")
+				}
+			}
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
