@@ -66,14 +66,14 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: inspect wants one CKPT argument", errUsage)
 	}
-	dir, note, err := resolveCheckpoint(ctx, pos[0])
+	dir, note, err := ckpt.Locate(ctx, pos[0])
 	if err != nil {
 		return err
 	}
 	if note != "" && !*jsonOut {
 		fmt.Fprintf(stderr, "ckptmerge: %s\n", note)
 	}
-	ck, err := ckpt.Open(ctx, sourceFor(dir))
+	ck, err := ckpt.Open(ctx, ckpt.SourceFor(dir))
 	if err != nil {
 		return err
 	}

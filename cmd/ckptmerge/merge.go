@@ -7,20 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/ferryml/ferry/ckpt"
 	"github.com/ferryml/ferry/internal/cli"
-	"github.com/ferryml/ferry/internal/storage"
 )
 
 const mergeUsage = `Usage: ckptmerge [flags] CKPT OUT
@@ -166,14 +160,14 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 	if c.parallelism < 0 || c.bufferSize < 0 {
 		return fmt.Errorf("%w: --parallelism and --buffer-size must be positive", errUsage)
 	}
-	dir, note, err := resolveCheckpoint(ctx, c.ckpt)
+	dir, note, err := ckpt.Locate(ctx, c.ckpt)
 	if err != nil {
 		return err
 	}
 	if note != "" && !c.quiet && !c.jsonOut {
 		fmt.Fprintf(stderr, "ckptmerge: %s\n", note)
 	}
-	ck, err := ckpt.Open(ctx, sourceFor(dir))
+	ck, err := ckpt.Open(ctx, ckpt.SourceFor(dir))
 	if err != nil {
 		return err
 	}
@@ -192,7 +186,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 	mo := ckpt.MergeOptions{Parallelism: c.parallelism, BufferSize: c.bufferSize, Force: c.force, Verify: c.verify, NoKernelCopy: c.noKernelCopy, NoDirectIO: c.noDirectIO}
 	mo.WriteMode, _ = ckpt.ParseWriteMode(c.writeMode) // checked with the flags
 	if c.configFrom != "" {
-		mo.ConfigFrom = sourceFor(c.configFrom)
+		mo.ConfigFrom = ckpt.SourceFor(c.configFrom)
 	}
 	var total int64
 	for _, f := range plan.Files {
@@ -209,13 +203,7 @@ func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) erro
 	if prog.Active() {
 		mo.OnProgress = func(n int64) { done.Add(n) }
 	}
-	var sink ckpt.Sink
-	if storage.IsS3(c.out) {
-		sink = ckpt.StorageSink(c.out)
-	} else {
-		sink = ckpt.DirSink(c.out)
-	}
-	res, err := ckpt.Merge(ctx, ck, plan, sink, mo)
+	res, err := ckpt.Merge(ctx, ck, plan, ckpt.SinkFor(c.out), mo)
 	prog.Stop()
 	if err != nil {
 		return err
@@ -288,70 +276,4 @@ func human(n int64) string {
 		f /= 1000
 	}
 	return ""
-}
-
-func sourceFor(loc string) ckpt.Source {
-	if storage.IsS3(loc) {
-		return ckpt.StorageSource(loc)
-	}
-	return ckpt.DirSource(loc)
-}
-
-var stepRE = regexp.MustCompile(`^step-([0-9]+)$`)
-
-// resolveCheckpoint finds the DCP directory inside what the user named:
-// the directory itself when it has .metadata or *.safetensors, else
-// accelerate's pytorch_model_fsdp_0/, else the sharded/ folder of torch's
-// HF storage writer, else torchtitan's highest step-N/ (directly or under
-// checkpoint/; DCP or safetensors).
-func resolveCheckpoint(ctx context.Context, loc string) (dir, note string, err error) {
-	has := func(l string) bool {
-		_, err := storage.Stat(ctx, storage.Join(l, ".metadata"))
-		return err == nil
-	}
-	if has(loc) {
-		return loc, "", nil
-	}
-	infos, err := storage.List(ctx, loc)
-	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", loc, err)
-	}
-	if len(infos) == 0 {
-		if _, err := os.Stat(loc); !storage.IsS3(loc) && errors.Is(err, fs.ErrNotExist) {
-			return "", "", fmt.Errorf("%s: %w", loc, fs.ErrNotExist)
-		}
-		return "", "", fmt.Errorf("%s: %w", loc, ckpt.ErrNotCheckpoint)
-	}
-	prefix := strings.TrimSuffix(storage.Join(loc, "x"), "x")
-	bestStep, best := -1, ""
-	for _, in := range infos {
-		rel := strings.TrimPrefix(in.Loc, prefix)
-		if storage.IsS3(loc) {
-			rel = filepath.ToSlash(rel)
-		}
-		if !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".safetensors") {
-			return loc, "", nil // safetensors shards
-		}
-		parts := strings.Split(filepath.ToSlash(rel), "/")
-		if len(parts) == 2 && parts[1] == ".metadata" && parts[0] == "pytorch_model_fsdp_0" {
-			d := storage.Join(loc, parts[0])
-			return d, "using accelerate model checkpoint " + d, nil
-		}
-		if len(parts) == 2 && parts[0] == "sharded" && strings.HasSuffix(parts[1], ".safetensors") {
-			d := storage.Join(loc, "sharded")
-			return d, "using HF storage writer shards " + d, nil
-		}
-		if n := len(parts); n >= 2 && (parts[n-1] == ".metadata" || strings.HasSuffix(parts[n-1], ".safetensors")) && n <= 3 {
-			if m := stepRE.FindStringSubmatch(parts[n-2]); m != nil && (n == 2 || parts[0] == "checkpoint") {
-				s, _ := strconv.Atoi(m[1])
-				if s > bestStep {
-					bestStep, best = s, storage.Join(loc, parts[:n-1]...)
-				}
-			}
-		}
-	}
-	if best != "" {
-		return best, "using torchtitan checkpoint " + best + " (highest step)", nil
-	}
-	return "", "", fmt.Errorf("%s: %w: no .metadata (and no pytorch_model_fsdp_0/ or step-N/ inside)", loc, ckpt.ErrNotCheckpoint)
 }
