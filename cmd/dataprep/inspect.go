@@ -55,7 +55,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Usage()
 		return fmt.Errorf("%w: inspect needs a directory", errUsage)
 	}
-	if storage.IsS3(dir) {
+	if _, local := storage.LocalPath(dir); !local {
 		return fmt.Errorf("%w: inspect reads local directories; copy the shards first", errUsage)
 	}
 	m, err := shard.ReadManifest(dir)

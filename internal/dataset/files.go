@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -33,23 +31,8 @@ func Expand(ctx context.Context, patterns []string) ([]string, error) {
 		switch {
 		case !hasMeta(p):
 			files = []string{p}
-		case storage.IsS3(p):
-			if _, err := path.Match(p, ""); err != nil {
-				return nil, fmt.Errorf("--input %q: %w", p, err)
-			}
-			i := strings.IndexAny(p, `*?[\`)
-			prefix := p[:strings.LastIndex(p[:i], "/")+1]
-			infos, err := storage.List(ctx, prefix)
-			if err != nil {
-				return nil, fmt.Errorf("--input %q: %w", p, err)
-			}
-			for _, in := range infos {
-				if ok, _ := path.Match(p, in.Loc); ok {
-					files = append(files, in.Loc)
-				}
-			}
 		default:
-			m, err := filepath.Glob(p)
+			m, err := storage.Glob(ctx, p)
 			if err != nil {
 				return nil, fmt.Errorf("--input %q: %w", p, err)
 			}

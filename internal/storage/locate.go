@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -18,6 +19,7 @@ import (
 // rest of ferry asks these questions instead of testing the scheme:
 //
 //	LocalPath  can it be opened (mapped) as a file here?
+//	Glob       the locations a pattern names
 //	MakeDir    make sure a directory location can take objects
 //	ListNames  the base names of the objects directly in a directory
 //	WriteFile  one atomic put of a small object
@@ -237,4 +239,34 @@ func RemoveMatching(ctx context.Context, dir string, match func(name string) boo
 		}
 	}
 	return nil
+}
+
+// Glob returns the locations that match pattern (path.Match syntax: *, ?,
+// [...], matched per path element), local files as filepath.Glob finds
+// them or the objects under the pattern's fixed s3:// prefix, in no set
+// order. A bad pattern gives an error wrapping path.ErrBadPattern (or
+// filepath.ErrBadPattern).
+func Glob(ctx context.Context, pattern string) ([]string, error) {
+	if p, ok := LocalPath(pattern); ok {
+		return filepath.Glob(p)
+	}
+	if _, err := path.Match(pattern, ""); err != nil {
+		return nil, err
+	}
+	i := strings.IndexAny(pattern, `*?[\`)
+	if i < 0 {
+		i = len(pattern)
+	}
+	prefix := pattern[:strings.LastIndex(pattern[:i], "/")+1]
+	infos, err := List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, in := range infos {
+		if ok, _ := path.Match(pattern, in.Loc); ok {
+			out = append(out, in.Loc)
+		}
+	}
+	return out, nil
 }
