@@ -251,6 +251,10 @@ func (r *renderer) binop(op string, l, rv Value) (Value, error) {
 		}
 		return a + b, nil
 	}
+	// str % x formats, whatever x is (str(undefined) is "").
+	if s, ok := l.(string); ok && op == "%" {
+		return pyPercentFormat(s, rv)
+	}
 	if u, ok := l.(undefined); ok {
 		return nil, undefErr(u)
 	}
@@ -795,8 +799,11 @@ func (r *renderer) evalSlice(x *sliceExpr, sc *scope) (Value, error) {
 	case string, markup:
 		rs = []rune(asString(o))
 		n = len(rs)
+	case *Dict:
+		// jinja2 slices with Python's [] directly, not its getitem.
+		return nil, typeErr("unhashable type: 'slice'")
 	default:
-		return undefined{hint: fmt.Sprintf("%s has no element slice", objectTypeRepr(obj))}, nil
+		return nil, typeErr("'%s' object is not subscriptable", pyTypeName(obj))
 	}
 	idx, err := sliceIndices(n, bounds[0], bounds[1], bounds[2])
 	if err != nil {

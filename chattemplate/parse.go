@@ -31,6 +31,8 @@ type (
 	}
 	forNode struct {
 		pos
+		undef     []string // names the body frame starts as undefined (scope.go)
+		elsUndef  []string
 		target    assignTarget
 		iter      expr
 		cond      expr
@@ -50,6 +52,7 @@ type (
 	}
 	setBlockNode struct {
 		pos
+		undef   []string
 		target  assignTarget
 		filters []*filterExpr // applied to the body; Arg nil
 		body    []node
@@ -65,15 +68,18 @@ type (
 	}
 	filterBlockNode struct {
 		pos
+		undef   []string
 		filters []*filterExpr
 		body    []node
 	}
 	generationNode struct {
 		pos
-		body []node
+		undef []string
+		body  []node
 	}
 	withNode struct {
 		pos
+		undef   []string
 		targets []assignTarget
 		values  []expr
 		body    []node
@@ -87,6 +93,7 @@ type (
 func (textNode) nodeLine() int { return 0 }
 
 type macroDef struct {
+	undef    []string
 	name     string
 	params   []string
 	defaults []expr // aligned to the tail of params
@@ -266,7 +273,9 @@ func Parse(name, src string) (*Template, error) {
 	if end != "" {
 		return nil, p.failf(p.cur().line, "unexpected '%s'", end)
 	}
-	return &Template{name: name, body: body}, nil
+	t := &Template{name: name, body: body}
+	(&analyzer{}).run(t)
+	return t, nil
 }
 
 // parseBody parses statements until a block tag whose name is in ends (the
@@ -349,7 +358,7 @@ func (p *parser) parseStatement() (node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &filterBlockNode{pos{line}, filters, body}, p.expectBlockEnd()
+		return &filterBlockNode{pos: pos{line}, filters: filters, body: body}, p.expectBlockEnd()
 	case "generation":
 		if err := p.expectBlockEnd(); err != nil {
 			return nil, err
@@ -358,7 +367,7 @@ func (p *parser) parseStatement() (node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &generationNode{pos{line}, body}, p.expectBlockEnd()
+		return &generationNode{pos: pos{line}, body: body}, p.expectBlockEnd()
 	case "break", "continue":
 		if p.loopDepth == 0 {
 			return nil, p.failf(line, "'%s' outside of a loop", t.val)
@@ -375,7 +384,8 @@ func (p *parser) parseStatement() (node, error) {
 func (p *parser) parseIf(line int) (node, error) {
 	n := &ifNode{pos: pos{line}}
 	for {
-		cond, err := p.parseTuple(false)
+		// jinja2: parse_tuple(with_condexpr=False).
+		cond, err := p.parseTupleNoCond()
 		if err != nil {
 			return nil, err
 		}
@@ -528,7 +538,7 @@ func (p *parser) parseSet(line int) (node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &setBlockNode{pos{line}, tg, filters, body}, p.expectBlockEnd()
+	return &setBlockNode{pos: pos{line}, target: tg, filters: filters, body: body}, p.expectBlockEnd()
 }
 
 // parseFilterChain parses "name(args) | name ..." (the first "|" already

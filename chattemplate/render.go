@@ -11,8 +11,9 @@ import (
 // Template is a parsed chat template. It is immutable: any number of
 // goroutines may render it at once.
 type Template struct {
-	name string
-	body []node
+	name  string
+	body  []node
+	undef []string // names the template frame starts as undefined (scope.go)
 }
 
 // Name returns the name given to Parse.
@@ -74,6 +75,16 @@ type scope struct {
 
 func newScope(parent *scope) *scope { return &scope{parent: parent} }
 
+// frameScope is a new frame's scope, with the names jinja2 starts as
+// undefined in it.
+func frameScope(parent *scope, undef []string) *scope {
+	s := &scope{parent: parent}
+	for _, n := range undef {
+		s.set(n, undefined{hint: pyStrRepr(n) + " is undefined"})
+	}
+	return s
+}
+
 func (s *scope) set(name string, v Value) {
 	if s.vars == nil {
 		s.vars = make(map[string]Value, 4)
@@ -101,7 +112,7 @@ func (t *Template) Render(vars map[string]Value, opts *Options) (Result, error) 
 		}
 	}
 	r.bufs = []*strings.Builder{{}}
-	r.rootScope = newScope(nil)
+	r.rootScope = frameScope(nil, t.undef)
 	err := r.execBody(t.body, r.rootScope)
 	if err != nil {
 		if errors.Is(err, errBreak) || errors.Is(err, errContinue) {
@@ -217,7 +228,7 @@ func (r *renderer) exec(n node, sc *scope) error {
 		}
 		return r.wrap(r.assign(n.target, v, sc), line)
 	case *setBlockNode:
-		s, err := r.capture(n.body, newScope(sc))
+		s, err := r.capture(n.body, frameScope(sc, n.undef))
 		if err != nil {
 			return err
 		}
@@ -243,7 +254,7 @@ func (r *renderer) exec(n node, sc *scope) error {
 		}
 		return r.write(s, line)
 	case *filterBlockNode:
-		s, err := r.capture(n.body, newScope(sc))
+		s, err := r.capture(n.body, frameScope(sc, n.undef))
 		if err != nil {
 			return err
 		}
@@ -259,7 +270,7 @@ func (r *renderer) exec(n node, sc *scope) error {
 		}
 		return r.write(out, line)
 	case *generationNode:
-		s, err := r.capture(n.body, newScope(sc))
+		s, err := r.capture(n.body, frameScope(sc, n.undef))
 		if err != nil {
 			return err
 		}
@@ -273,7 +284,7 @@ func (r *renderer) exec(n node, sc *scope) error {
 		}
 		return r.write(s, line)
 	case *withNode:
-		inner := newScope(sc)
+		inner := frameScope(sc, n.undef)
 		for i, tg := range n.targets {
 			v, err := r.eval(n.values[i], sc)
 			if err != nil {
@@ -386,7 +397,7 @@ func (r *renderer) execFor(n *forNode, sc *scope) error {
 		items = kept
 	}
 	if len(items) == 0 {
-		return r.execBody(n.els, sc)
+		return r.execBody(n.els, frameScope(sc, n.elsUndef))
 	}
 	lp := &loopObj{items: items}
 	for i, item := range items {
@@ -394,7 +405,7 @@ func (r *renderer) execFor(n *forNode, sc *scope) error {
 			return err
 		}
 		lp.i = i
-		inner := newScope(sc)
+		inner := frameScope(sc, n.undef)
 		if err := r.assign(n.target, item, inner); err != nil {
 			return r.wrap(err, line)
 		}
@@ -491,7 +502,7 @@ func (r *renderer) callMacro(m *macro, args []Value, kwnames []string, kwvals []
 		return nil, &pyErr{ErrLimit, fmt.Sprintf("macro calls nested deeper than %d", r.maxDepth)}
 	}
 	d := m.def
-	sc := newScope(m.scope)
+	sc := frameScope(m.scope, d.undef)
 	nparams := len(d.params)
 	var varargs []Value
 	if len(args) > nparams {
