@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -565,26 +566,23 @@ func compareOp(op string, a, b Value) (bool, error) {
 		return pyEqual(a, b), nil
 	case "!=":
 		return !pyEqual(a, b), nil
-	case "<":
-		return pyLess(a, b)
-	case ">":
-		return pyLess(b, a)
-	case "<=":
-		if pyEqual(a, b) {
-			if _, ok := a.(undefined); ok {
-				return false, undefErr(a.(undefined))
-			}
-			return true, nil
+	case "<", ">", "<=", ">=":
+		x, y := a, b
+		if op == ">" || op == ">=" {
+			x, y = b, a
 		}
-		return pyLess(a, b)
-	case ">=":
-		if pyEqual(a, b) {
-			if _, ok := a.(undefined); ok {
-				return false, undefErr(a.(undefined))
+		lt, err := pyLess(x, y)
+		if err != nil {
+			var pe *pyErr
+			if errors.As(err, &pe) && pe.kind == ErrType {
+				return false, typeErr("'%s' not supported between instances of '%s' and '%s'", op, pyTypeName(a), pyTypeName(b))
 			}
-			return true, nil
+			return false, err
 		}
-		return pyLess(b, a)
+		if lt || len(op) == 1 {
+			return lt, nil
+		}
+		return pyEqual(a, b), nil
 	case "in":
 		return pyIn(a, b)
 	case "notin":

@@ -33,5 +33,5 @@ func Example() {
 	// Hello<|im_end|>
 	// <|im_start|>assistant
 	// [{"b": 1.0, "a": "é"}]
-	// [{17 30} {52 68}] "Hello<|im_end|>\n"
+	// [{17 30 17 30} {52 68 52 68}] "Hello<|im_end|>\n"
 }

@@ -400,9 +400,19 @@ func (r *renderer) filter(name string, in Value, args []Value, kn []string, kv [
 		if err != nil {
 			return nil, err
 		}
-		s, err := softStr(in)
-		if err != nil {
-			return nil, err
+		// jinja2 appends "\n" and calls splitlines: only str works.
+		var s string
+		switch v := in.(type) {
+		case string:
+			s = v
+		case markup:
+			s = string(v)
+		case undefined:
+			return nil, undefErr(v)
+		case *List:
+			return nil, typeErr("'%s' object has no attribute 'splitlines'", pyTypeName(v))
+		default:
+			return nil, typeErr("unsupported operand type(s) for +=: '%s' and 'str'", pyTypeName(v))
 		}
 		ind := "    "
 		switch w := a[0].(type) {

@@ -196,7 +196,10 @@ func TestGoldens(t *testing.T) {
 		if g.Spans != nil {
 			got := make([][2]int, len(res.Generation))
 			for i, s := range res.Generation {
-				got[i] = [2]int{byteToRune(res.Text, s.Start), byteToRune(res.Text, s.End)}
+				got[i] = [2]int{s.CharStart, s.CharEnd}
+				if byteToRune(res.Text, s.Start) != s.CharStart || byteToRune(res.Text, s.End) != s.CharEnd {
+					t.Errorf("%s × %s: span %v: bytes and code points disagree", g.Template, g.Case, s)
+				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(g.Spans) {
 				t.Errorf("%s × %s: generation spans %v, want %v", g.Template, g.Case, got, g.Spans)

@@ -41,8 +41,12 @@ type Options struct {
 	MaxDepth int
 }
 
-// Span is a {% generation %} block's output: Text[Start:End], in bytes.
-type Span struct{ Start, End int }
+// Span is a {% generation %} block's output: Text[Start:End], in bytes;
+// CharStart and CharEnd are the same in code points, as transformers
+// reports them. A block inside a macro, set block or filter block is
+// recorded as transformers records it: at the length of the top-level
+// output so far, which is not where its text ends up.
+type Span struct{ Start, End, CharStart, CharEnd int }
 
 // Result is a rendered template.
 type Result struct {
@@ -66,6 +70,8 @@ type renderer struct {
 	now       func() time.Time
 	curLine   int
 	rootScope *scope
+	// Code points in bufs[0][:rootCounted], for generation spans.
+	rootRunes, rootCounted int
 }
 
 type scope struct {
@@ -276,12 +282,11 @@ func (r *renderer) exec(n node, sc *scope) error {
 		}
 		// transformers records len("".join(blocks yielded so far)): the
 		// top-level output, even when the block sits inside a macro.
-		start := r.bufs[0].Len()
-		if len(r.bufs) == 1 {
-			r.spans = append(r.spans, Span{start, start + len(s)})
-		} else {
-			r.spans = append(r.spans, Span{start, start + len(s)})
-		}
+		root := r.bufs[0].String()
+		r.rootRunes += utf8.RuneCountInString(root[r.rootCounted:])
+		r.rootCounted = len(root)
+		start, cstart := len(root), r.rootRunes
+		r.spans = append(r.spans, Span{start, start + len(s), cstart, cstart + utf8.RuneCountInString(s)})
 		return r.write(s, line)
 	case *withNode:
 		inner := frameScope(sc, n.undef)

@@ -22,6 +22,16 @@ type symbols struct {
 	parent *symbols
 	refs   map[string]byte
 	stores map[string]bool
+	// owner is the frame's symbols when these are an if branch's copy:
+	// inner frames hang off the frame, complete, not off the copy.
+	owner *symbols
+}
+
+func (s *symbols) frame() *symbols {
+	if s.owner != nil {
+		return s.owner
+	}
+	return s
 }
 
 func newSymbols(parent *symbols) *symbols {
@@ -59,6 +69,7 @@ func (s *symbols) param(name string) { s.refs[name] = refParam }
 
 func (s *symbols) copy() *symbols {
 	c := newSymbols(s.parent)
+	c.owner = s.frame()
 	for k, v := range s.refs {
 		c.refs[k] = v
 	}
@@ -145,6 +156,7 @@ func (a *analyzer) nodes(s *symbols, body []node) {
 }
 
 func (a *analyzer) node(s *symbols, n node) {
+	f := s.frame() // the parent of inner frames
 	switch n := n.(type) {
 	case *outputNode:
 		loads(s, n.x)
@@ -169,14 +181,14 @@ func (a *analyzer) node(s *symbols, n node) {
 	case *forNode:
 		loads(s, n.iter)
 		a.pending = append(a.pending, func() {
-			_, undef := a.frame(s, append(append([]string(nil), n.target.names...), "loop"), func(c *symbols) {
+			_, undef := a.frame(f, append(append([]string(nil), n.target.names...), "loop"), func(c *symbols) {
 				if n.cond != nil {
 					loads(c, n.cond)
 				}
 			}, n.body)
 			n.undef = undef()
 			if n.els != nil {
-				_, undefEls := a.frame(s, nil, nil, n.els)
+				_, undefEls := a.frame(f, nil, nil, n.els)
 				n.elsUndef = undefEls()
 			}
 		})
@@ -189,26 +201,26 @@ func (a *analyzer) node(s *symbols, n node) {
 			loads(s, f)
 		}
 		a.pending = append(a.pending, func() {
-			_, undef := a.frame(s, nil, nil, n.body)
+			_, undef := a.frame(f, nil, nil, n.body)
 			n.undef = undef()
 		})
 	case *macroNode:
 		s.store(n.m.name)
-		a.macro(s, n.m)
+		a.macro(f, n.m)
 	case *callBlockNode:
 		loads(s, n.call)
-		a.macro(s, n.caller)
+		a.macro(f, n.caller)
 	case *filterBlockNode:
 		for _, f := range n.filters {
 			loads(s, f)
 		}
 		a.pending = append(a.pending, func() {
-			_, undef := a.frame(s, nil, nil, n.body)
+			_, undef := a.frame(f, nil, nil, n.body)
 			n.undef = undef()
 		})
 	case *generationNode:
 		a.pending = append(a.pending, func() {
-			_, undef := a.frame(s, []string{"caller", "varargs", "kwargs"}, nil, n.body)
+			_, undef := a.frame(f, []string{"caller", "varargs", "kwargs"}, nil, n.body)
 			n.undef = undef()
 		})
 	case *withNode:
@@ -220,7 +232,7 @@ func (a *analyzer) node(s *symbols, n node) {
 			for _, tg := range n.targets {
 				names = append(names, tg.names...)
 			}
-			_, undef := a.frame(s, names, nil, n.body)
+			_, undef := a.frame(f, names, nil, n.body)
 			n.undef = undef()
 		})
 	}

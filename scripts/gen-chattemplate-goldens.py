@@ -21,6 +21,7 @@ import datetime as _dt
 import gzip
 import json
 import os
+import random
 import re
 import sys
 
@@ -203,6 +204,83 @@ def render(tok, template, case):
     return text, spans
 
 
+# --- random templates: a differential test of the lexer, parser, scoping and builtins ---
+
+_WS = [" ", "  ", "\n", "\n\n", "\t", " \n ", "\r\n", "\u3000", "\x1c", "\u2028", "", "", "", "x", "y\n", " z "]
+_EXPR = ["x", "y", "x ~ y", '"s p"', "' q '", "n + 1", "n / 2", "n // 3", "n % 4", "-n", "f", "f * 2", "none", "true", "xs",
+         "xs|length", 'xs|join(",")', "d", "d.a", 'd["b"]', "d.zz", "xs[0]", "xs[-1]", "xs[1:]", "x.upper()", "y.strip()",
+         "(x ~ y)|trim", "d|tojson", "d|tojson(indent=2)", "xs|tojson", "missing_name", "x if n > 1 else y", "x if n < 0",
+         "n is odd", "x is string", "d is mapping", 'xs|map("upper")|list', "d|items|list", "y.split()", "x[::-1]", "n ** 2",
+         "1e-5", "2.50", "7 // -2", "x * 2", '"%s-%s" % (x, n)', 'd.get("a")', "d.keys()|list", "x|title", "y|capitalize",
+         '"α β".upper()', "xs|first", "xs|last", "[n, f, x]", '{"k": n}', 'x.startswith("a")', 'y.replace(" ", "_")',
+         "xs|sort|list", "xs|reverse|list", "n|string", "f|int", "x|length", 'u|default("dd")', "ns.v", "ns.v ~ n",
+         "m(x)", "m(n, b=f)", "loop_or_none", "y|indent(2)", "y|indent(2, true)", "d|dictsort", "xs|select('string')|list",
+         "[ms, ms]|selectattr('role', 'equalto', 'user')|list|length", "ms.content|trim", "ms['role']", "ms.items()|list"]
+
+
+def _random_template(rnd):
+    def ws():
+        return "".join(rnd.choice(_WS) for _ in range(rnd.randint(0, 3)))
+
+    def ctl():
+        return rnd.choice(["", "", "-", "+"])
+
+    def ctlv():
+        return rnd.choice(["", "", "-"])
+
+    def block(depth):
+        parts = []
+        for _ in range(rnd.randint(1, 4)):
+            k = rnd.random()
+            e = rnd.choice(_EXPR)
+            if k < 0.28 or depth > 2:
+                parts.append(ws() + "{{" + ctlv() + " " + e + " " + ctlv() + "}}")
+            elif k < 0.36:
+                parts.append(ws() + "{#" + ctl() + " c " + ctl() + "#}" + ws())
+            elif k < 0.5:
+                parts.append(ws() + "{%" + ctl() + " if " + e + " " + ctl() + "%}" + block(depth + 1) + ws() +
+                             ("{%" + ctl() + " elif " + rnd.choice(_EXPR) + " " + ctl() + "%}" + block(depth + 1) if rnd.random() < 0.3 else "") +
+                             ("{%" + ctl() + " else " + ctl() + "%}" + block(depth + 1) if rnd.random() < 0.5 else "") +
+                             ws() + "{%" + ctl() + " endif " + ctl() + "%}")
+            elif k < 0.62:
+                parts.append(ws() + "{%" + ctl() + " for i in xs " + rnd.choice(["", "", "if i != 'a' "]) + ctl() + "%}" + ws() +
+                             "{{ loop.index }}{{ loop.first }}{{ loop.revindex }}" + block(depth + 1) + ws() +
+                             ("{%" + ctl() + " else " + ctl() + "%}E" if rnd.random() < 0.2 else "") +
+                             "{%" + ctl() + " endfor " + ctl() + "%}")
+            elif k < 0.72:
+                parts.append(ws() + "{%" + ctl() + " set " + rnd.choice(["x", "y", "n", "ns.v"]) + " = " + e + " " + ctl() + "%}")
+            elif k < 0.78:
+                parts.append(ws() + "{%" + ctl() + " set y " + ctl() + "%}" + block(depth + 1) + "{%" + ctl() + " endset " + ctl() + "%}")
+            elif k < 0.84:
+                parts.append(ws() + "{%" + ctl() + " generation " + ctl() + "%}" + block(depth + 1) + "{%" + ctl() + " endgeneration " + ctl() + "%}")
+            elif k < 0.9:
+                parts.append(ws() + "{%" + ctl() + " filter upper " + ctl() + "%}" + block(depth + 1) + "{%" + ctl() + " endfilter " + ctl() + "%}")
+            else:
+                parts.append(ws() + "{%" + ctl() + " raw " + rnd.choice(["", "-"]) + "%}" + ws() + "{{ r }}" + ws() + "{%" + ctl() + " endraw " + ctl() + "%}")
+            parts.append(ws())
+        return "".join(parts)
+
+    head = "{%- set ns = namespace(v=1) -%}{%- macro m(a, b=2) -%}<{{ a }}|{{ b }}|{{ x }}>{%- endmacro -%}"
+    return head + block(0)
+
+
+def gen_random(n=1000, seed=26):
+    rnd = random.Random(seed)
+    v = {"x": "ab c", "y": " Hé llo  wörld ", "n": 5, "f": 2.5, "xs": ["b", "a", "c"], "d": {"b": 1.0, "a": [1, None]},
+         "ms": {"role": "user", "content": " hi\n"}}
+    with gzip.GzipFile(os.path.join(OUT, "random.jsonl.gz"), "wb", mtime=0) as f:
+        for _ in range(n):
+            src = _random_template(rnd)
+            c = {"src": src}
+            try:
+                rendered, idx = ctu.render_jinja_template(conversations=[[]], chat_template=src, return_assistant_tokens_mask=True, **v)
+                c["want"], c["spans"] = rendered[0], [list(s) for s in idx[0]]
+            except Exception as e:
+                c["err"] = f"{type(e).__name__}: {e}"
+            f.write((json.dumps(c, ensure_ascii=False) + "\n").encode("utf-8"))
+    return v
+
+
 def regen_semantics():
     """Re-render testdata/chattemplate/semantics.json's cases (src, vars) with
     transformers' own jinja2 environment; "go" marks kept as they are."""
@@ -225,6 +303,7 @@ def main():
     ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
     args = ap.parse_args()
     regen_semantics()
+    print("random.jsonl.gz vars:", json.dumps(gen_random(), ensure_ascii=False), file=sys.stderr)
     cases = build_corpus(args.shared)
     with gzip.GzipFile(os.path.join(OUT, "corpus.jsonl.gz"), "wb", mtime=0) as f:
         for c in cases:
