@@ -793,13 +793,7 @@ func (r *renderer) applyTest(name string, v Value, args []Value) (bool, error) {
 		}
 		return false, nil
 	case "odd", "even", "divisibleby":
-		n, ok := num(v)
-		if !ok {
-			if u, isU := v.(undefined); isU {
-				return false, undefErr(u)
-			}
-			return false, typeErr("unsupported operand type(s) for %%: '%s' and 'int'", pyTypeName(v))
-		}
+		// jinja2: value % 2 == 1, value % 2 == 0, value % num == 0.
 		d := Value(int64(2))
 		if name == "divisibleby" {
 			a, err := one()
@@ -808,15 +802,14 @@ func (r *renderer) applyTest(name string, v Value, args []Value) (bool, error) {
 			}
 			d = a
 		}
-		m, err := r.binop("%", n, d)
+		m, err := r.binop("%", v, d)
 		if err != nil {
 			return false, err
 		}
-		isZero := pyEqual(m, int64(0))
 		if name == "odd" {
 			return pyEqual(m, int64(1)), nil
 		}
-		return isZero, nil
+		return pyEqual(m, int64(0)), nil
 	case "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas":
 		a, err := one()
 		if err != nil {
