@@ -7,6 +7,7 @@
 //	dataprep commit DIR [--parts LOC]       (lays the parts out into DIR)
 //	dataprep inspect DIR [--rank R --row N]
 //	dataprep tokenize --tokenizer PATH [IN.jsonl]
+//	dataprep render --tokenizer DIR [IN]    (conversations through the chat template)
 //	dataprep --version
 //
 // Exit status: 0 ok, 1 error, 2 bad usage, 130 interrupted.
@@ -56,6 +57,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return runInspect(ctx, args[1:], stdout, stderr)
 		case "tokenize":
 			return runTokenize(ctx, args[1:], stdin, stdout, stderr)
+		case "render":
+			return runRender(ctx, args[1:], stdin, stdout, stderr)
 		case "commit":
 			return runCommit(ctx, args[1:], stdout, stderr)
 		}
