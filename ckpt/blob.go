@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 // chunkData locates the elements of one saved chunk inside its file.
@@ -56,7 +58,7 @@ type TensorBlob struct {
 // little-endian. name is used in error messages.
 func ReadTensorBlob(r io.ReaderAt, size int64, name string) (*TensorBlob, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
+		return corrupt.New(ErrCorrupt, name, -1, format, args...)
 	}
 	var head [4]byte
 	if _, err := r.ReadAt(head[:], 0); err != nil || !bytes.Equal(head[:], []byte("PK\x03\x04")) {

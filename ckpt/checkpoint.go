@@ -15,6 +15,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 var perRankMetadataRE = regexp.MustCompile(`^__[0-9]+\.metadata$`)
@@ -182,7 +184,7 @@ func (c *Checkpoint) locateDCP(ctx context.Context, cfg *openConfig) error {
 				return fmt.Errorf("%s: item %q: %w", c.src, it.Key, err)
 			}
 			if l.Offset > f.Size() || l.Length > f.Size()-l.Offset {
-				return fmt.Errorf("%s/%s: %w: item %q: bytes [%d, %d) past end of the %d-byte file", c.src, l.File, ErrCorrupt, it.Key, l.Offset, l.Offset+l.Length, f.Size())
+				return corrupt.New(ErrCorrupt, c.src.String()+"/"+l.File, l.Offset, "item %q: bytes [%d, %d) past end of the %d-byte file", it.Key, l.Offset, l.Offset+l.Length, f.Size())
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 // ItemKind tells tensors from bytes items.
@@ -141,7 +143,7 @@ func ParseMetadata(data []byte, name string) (*Metadata, error) {
 		return nil, err
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
+		return corrupt.New(ErrCorrupt, name, -1, format, args...)
 	}
 	root, ok := v.(*pyObject)
 	if !ok || !root.Class.is("Metadata") {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 // Limits for pickles read from checkpoints.
@@ -82,7 +84,7 @@ func unpickle(data []byte, name string) (v any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			v = nil
-			err = fmt.Errorf("%s: %w: pickle decoder failed: %v", name, ErrCorrupt, r)
+			err = corrupt.New(ErrCorrupt, name, -1, "pickle decoder failed: %v", r)
 		}
 	}()
 	u := pickle.NewUnpickler(bytes.NewReader(data))
@@ -97,7 +99,7 @@ func unpickle(data []byte, name string) (v any, err error) {
 	}
 	v, err = u.Load()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", name, ErrCorrupt, err)
+		return nil, corrupt.New(ErrCorrupt, name, -1, "%v", err)
 	}
 	return v, nil
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 // MaxHeaderSize is the largest safetensors header accepted, as in the
@@ -57,7 +59,7 @@ func ParseSafetensorsPrefix(r io.ReaderAt, size int64, name string) (*STHeader, 
 // furthest data_offsets end, else at the end of the size bytes.
 func parseSafetensors(r io.ReaderAt, size int64, name string, prefix bool) (*STHeader, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
+		return corrupt.New(ErrCorrupt, name, -1, format, args...)
 	}
 	var lb [8]byte
 	if size < 8 {
@@ -82,7 +84,7 @@ func parseSafetensors(r io.ReaderAt, size int64, name string, prefix bool) (*STH
 
 func parseSTHeaderBytes(hb []byte, size int64, name string, prefix bool) (*STHeader, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
+		return corrupt.New(ErrCorrupt, name, -1, format, args...)
 	}
 	if !utf8.Valid(hb) {
 		return nil, bad("safetensors header is not UTF-8")

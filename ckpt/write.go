@@ -158,7 +158,8 @@ func writeFileBuffered(ctx context.Context, f *OutFile, out OutputFile, sink Sin
 				flushed = written
 				select {
 				case flushing <- struct{}{}:
-					go func() { lo.File().Sync(); <-flushing }()
+					file := lo.File() // taken here: the goroutine may outlive Commit
+					go func() { file.Sync(); <-flushing }()
 				default:
 				}
 			}

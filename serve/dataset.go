@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ferryml/ferry/internal/corrupt"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 )
@@ -125,7 +126,7 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 	m, err := shard.DecodeManifest(mloc, io.TeeReader(rc, &raw))
 	rc.Close()
 	if err != nil {
-		return nil, corrupt(err)
+		return nil, asCorrupt(err)
 	}
 	if int64(m.RowsPerRank) > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: %s: %d rows per shard, the protocol addresses at most %d", ErrLimit, mloc, m.RowsPerRank, uint64(math.MaxUint32))
@@ -172,7 +173,7 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 			}
 			r, err = m.OpenFile(storage.Join(loc, m.Files[rank].Path), rank, vo...)
 			if err != nil {
-				err = corrupt(err)
+				err = asCorrupt(err)
 			}
 		}
 		if err != nil {
@@ -187,9 +188,10 @@ func OpenDataset(ctx context.Context, loc string, opts ...DatasetOption) (_ *Dat
 	return d, nil
 }
 
-// corrupt marks an error of package shard that says the dataset breaks its
-// contract with ErrCorrupt (I/O errors pass as they are).
-func corrupt(err error) error {
+// asCorrupt marks an error of package shard that says the dataset breaks its
+// contract with ErrCorrupt (I/O errors pass as they are); errors.As still
+// finds shard's *corrupt.Error (path, offset, what) inside.
+func asCorrupt(err error) error {
 	if errors.Is(err, shard.ErrCorrupt) || errors.Is(err, shard.ErrMismatch) {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
@@ -277,14 +279,14 @@ func fetchShard(ctx context.Context, loc, cacheDir string, m *shard.Manifest, ra
 	// Only a copy whose size and SHA-256 check out is ever committed to
 	// the cache.
 	if err := storage.Fetch(ctx, src, local, fe.SHA256, fe.Bytes); errors.Is(err, storage.ErrChecksum) {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil, corrupt.New(ErrCorrupt, src, -1, "the fetched copy does not match the manifest (%v)", err)
 	} else if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	logf("fetched %s (%d bytes) to %s in %.1fs", src, fe.Bytes, local, time.Since(start).Seconds())
 	r, err := m.OpenFile(local, rank) // hashed while it streamed in
 	if err != nil {
-		return nil, corrupt(err)
+		return nil, asCorrupt(err)
 	}
 	return r, nil
 }

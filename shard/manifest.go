@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 // MaxManifestBytes bounds the manifest file a reader accepts.
@@ -204,7 +206,7 @@ func readManifestBytes(name string, r io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("shard: %s: %w", name, err)
 	}
 	if len(data) > MaxManifestBytes {
-		return nil, fmt.Errorf("%w: %s: larger than %d bytes", ErrCorrupt, name, MaxManifestBytes)
+		return nil, corrupt.New(ErrCorrupt, name, MaxManifestBytes, "larger than %d bytes", MaxManifestBytes)
 	}
 	return data, nil
 }
@@ -377,7 +379,7 @@ func (m *Manifest) OpenFile(path string, rank int, opts ...VerifyOption) (*Reade
 	}
 	r, err := func() (*Reader, error) {
 		if int64(len(data)) != fe.Bytes {
-			return nil, fmt.Errorf("%w: %s: %d bytes, manifest says %d", ErrCorrupt, path, len(data), fe.Bytes)
+			return nil, corrupt.New(ErrCorrupt, path, -1, "%d bytes, manifest says %d", len(data), fe.Bytes)
 		}
 		if c.checksum {
 			if err := checkSHA256(path, data, fe); err != nil {

@@ -11,6 +11,8 @@ import (
 	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/ferryml/ferry/internal/corrupt"
 )
 
 // Part files: the tokenized examples of one part of a split dataprep run
@@ -129,10 +131,10 @@ func NewPart(data []byte) (*Part, error) {
 		return nil, fmt.Errorf("%w: part file of %d bytes, shorter than its %d-byte header", ErrCorrupt, len(data), partHeaderSize)
 	}
 	if string(data[:8]) != PartMagic {
-		return nil, fmt.Errorf("%w: part file: magic %q, want %q", ErrCorrupt, data[:8], PartMagic)
+		return nil, corrupt.New(ErrCorrupt, "part file", 0, "magic %q, want %q", data[:8], PartMagic)
 	}
 	if v := binary.LittleEndian.Uint32(data[8:]); v != PartFormatVersion {
-		return nil, fmt.Errorf("%w: part file: version %d, this reader knows %d", ErrCorrupt, v, PartFormatVersion)
+		return nil, corrupt.New(ErrCorrupt, "part file", 8, "version %d, this reader knows %d", v, PartFormatVersion)
 	}
 	n := binary.LittleEndian.Uint64(data[16:])
 	t := binary.LittleEndian.Uint64(data[24:])
@@ -157,18 +159,18 @@ func NewPart(data []byte) (*Part, error) {
 		off := int64(partHeaderSize) + int64(k)*partEntrySize
 		switch {
 		case length < 1 || length > MaxSeqLen:
-			return nil, fmt.Errorf("%w: part file: example %d (byte %d): length %d, want 1..%d", ErrCorrupt, k, off, length, MaxSeqLen)
+			return nil, corrupt.New(ErrCorrupt, "part file", off, "example %d: length %d, want 1..%d", k, length, MaxSeqLen)
 		case prompt > length:
-			return nil, fmt.Errorf("%w: part file: example %d (byte %d): prompt %d > length %d", ErrCorrupt, k, off, prompt, length)
+			return nil, corrupt.New(ErrCorrupt, "part file", off, "example %d: prompt %d > length %d", k, prompt, length)
 		case flags&^(PartTruncated|PartSplit) != 0:
-			return nil, fmt.Errorf("%w: part file: example %d (byte %d): unknown flags %#x", ErrCorrupt, k, off, flags)
+			return nil, corrupt.New(ErrCorrupt, "part file", off, "example %d: unknown flags %#x", k, flags)
 		case sample >= 1<<62 || sample < prev:
-			return nil, fmt.Errorf("%w: part file: example %d (byte %d): sample %d after %d, want ascending", ErrCorrupt, k, off, sample, prev)
+			return nil, corrupt.New(ErrCorrupt, "part file", off, "example %d: sample %d after %d, want ascending", k, sample, prev)
 		}
 		prev = sample
 		sum += uint64(length)
 		if sum > t {
-			return nil, fmt.Errorf("%w: part file: example %d (byte %d): lengths add up past the %d tokens", ErrCorrupt, k, off, t)
+			return nil, corrupt.New(ErrCorrupt, "part file", off, "example %d: lengths add up past the %d tokens", k, t)
 		}
 	}
 	if sum != t {

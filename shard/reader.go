@@ -9,6 +9,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/ferryml/ferry/internal/corrupt"
+	"github.com/ferryml/ferry/internal/invariants"
 	"github.com/ferryml/ferry/internal/mmap"
 )
 
@@ -43,8 +45,13 @@ type BufferRef struct {
 }
 
 // Reader reads one shard file mapped into memory, without copying.
-// It validates the whole file structure when opened. A Reader is safe for
-// concurrent use; slices it returns alias the mapped file and are valid until Close.
+// It validates the whole file structure when opened. Its methods may be
+// called by several goroutines at once, except Close, which must come after
+// every other call has returned: slices it returns alias the mapped file
+// and are valid until Close. Close releases the mapping once however often
+// it is called; Row after Close gives ErrClosed, and with the self-checks
+// on (internal/invariants: -race or -tags invariants) Batch and Bytes after
+// Close panic.
 type Reader struct {
 	name    string
 	data    []byte
@@ -52,7 +59,7 @@ type Reader struct {
 	meta    FileMeta
 	batches []Batch
 	rows    int
-	closed  bool
+	closed  invariants.CloseOnce
 }
 
 // Open maps the shard file at path and validates it. Manifest.OpenFile
@@ -103,15 +110,21 @@ func (r *Reader) NumBatches() int { return len(r.batches) }
 func (r *Reader) Size() int64 { return int64(len(r.data)) }
 
 // Bytes returns the whole file; valid until Close.
-func (r *Reader) Bytes() []byte { return r.data }
+func (r *Reader) Bytes() []byte {
+	r.closed.Use("shard.Reader.Bytes")
+	return r.data
+}
 
 // Batch returns batch i (0 ≤ i < NumBatches).
-func (r *Reader) Batch(i int) *Batch { return &r.batches[i] }
+func (r *Reader) Batch(i int) *Batch {
+	r.closed.Use("shard.Reader.Batch")
+	return &r.batches[i]
+}
 
 // Row returns row i (0 ≤ i < NumRows) as views into the mapped file.
 // dst.Segments is reused; the token slices alias the file.
 func (r *Reader) Row(i int, dst *Row) error {
-	if r.closed {
+	if r.closed.Closed() {
 		return ErrClosed
 	}
 	if i < 0 || i >= r.rows {
@@ -154,58 +167,57 @@ func (b *Batch) Buffers() map[string]BufferRef { return b.buffers }
 
 // Close unmaps the file. Slices obtained from the Reader become invalid.
 func (r *Reader) Close() error {
-	if r.closed {
+	if !r.closed.Close() {
 		return nil
 	}
-	r.closed = true
-	r.batches = nil
 	if r.unmap != nil {
 		return r.unmap()
 	}
 	return nil
 }
 
-func corrupt(name, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrCorrupt, name, fmt.Sprintf(format, args...))
+// badFile is the corruption error of the shard file name (offset unknown).
+func badFile(name, format string, args ...any) error {
+	return corrupt.New(ErrCorrupt, name, -1, format, args...)
 }
 
 func newReader(name string, data []byte) (r *Reader, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r, err = nil, corrupt(name, "%v", p)
+			r, err = nil, badFile(name, "%v", p)
 		}
 	}()
 	if len(data) < 16 || string(data[:6]) != "ARROW1" || string(data[len(data)-6:]) != "ARROW1" {
-		return nil, corrupt(name, "not an Arrow IPC file (%d bytes, no ARROW1 magic at both ends)", len(data))
+		return nil, badFile(name, "not an Arrow IPC file (%d bytes, no ARROW1 magic at both ends)", len(data))
 	}
 	fr, err := ipc.NewMappedFileReader(data,
 		ipc.WithMetadataSizeLimit(MaxMetadataBytes),
 		ipc.WithBodySizeLimit(int64(len(data))),
 		ipc.WithAllocator(&boundedAlloc{name: name, max: MaxMetadataBytes}))
 	if err != nil {
-		return nil, corrupt(name, "%v", err)
+		return nil, badFile(name, "%v", err)
 	}
 	defer fr.Close()
 	if fr.NumDictionaries() != 0 {
-		return nil, corrupt(name, "has %d dictionary batches, want none", fr.NumDictionaries())
+		return nil, badFile(name, "has %d dictionary batches, want none", fr.NumDictionaries())
 	}
 	meta, err := metaFromSchema(name, fr.Schema())
 	if err != nil {
 		return nil, err
 	}
 	if want := Schema(meta); !want.Equal(fr.Schema()) {
-		return nil, corrupt(name, "schema %v, want %v", fr.Schema(), want)
+		return nil, badFile(name, "schema %v, want %v", fr.Schema(), want)
 	}
 	r = &Reader{name: name, data: data, meta: meta}
 	nb := fr.NumRecords()
 	if nb < 0 || int64(nb) > int64(len(data))/8 {
-		return nil, corrupt(name, "%d record batches in a file of %d bytes", nb, len(data))
+		return nil, badFile(name, "%d record batches in a file of %d bytes", nb, len(data))
 	}
 	r.batches = make([]Batch, 0, nb)
 	for i := range nb {
 		rec, err := fr.RecordBatchAt(i)
 		if err != nil {
-			return nil, corrupt(name, "record batch %d: %v", i, err)
+			return nil, badFile(name, "record batch %d: %v", i, err)
 		}
 		b, err := r.loadBatch(rec, i)
 		rec.Release()
@@ -254,7 +266,7 @@ func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 	get := func(k string) (string, error) {
 		i := md.FindKey(k)
 		if i < 0 {
-			return "", corrupt(name, "schema metadata %q missing", k)
+			return "", badFile(name, "schema metadata %q missing", k)
 		}
 		return md.Values()[i], nil
 	}
@@ -265,7 +277,7 @@ func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return 0, corrupt(name, "schema metadata %q = %q is not an integer", k, v)
+			return 0, badFile(name, "schema metadata %q = %q is not an integer", k, v)
 		}
 		return n, nil
 	}
@@ -275,14 +287,14 @@ func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 		return m, err
 	}
 	if f != FormatName {
-		return m, corrupt(name, "format %q, want %q", f, FormatName)
+		return m, badFile(name, "format %q, want %q", f, FormatName)
 	}
 	v, err := getInt(MetaVersion)
 	if err != nil {
 		return m, err
 	}
 	if v != FormatVersion {
-		return m, corrupt(name, "format version %d, this reader knows %d", v, FormatVersion)
+		return m, badFile(name, "format version %d, this reader knows %d", v, FormatVersion)
 	}
 	if m.Rank, err = getInt(MetaRank); err != nil {
 		return m, err
@@ -307,7 +319,7 @@ func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 		return m, err
 	}
 	if err := m.validate(); err != nil {
-		return m, corrupt(name, "schema metadata: %v", err)
+		return m, badFile(name, "schema metadata: %v", err)
 	}
 	return m, nil
 }
@@ -317,21 +329,21 @@ func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 // no offset.
 func values(name string, col string, d arrow.ArrayData, n, size int) ([]byte, error) {
 	if d.NullN() != 0 {
-		return nil, corrupt(name, "column %s has %d nulls", col, d.NullN())
+		return nil, badFile(name, "column %s has %d nulls", col, d.NullN())
 	}
 	if d.Offset() != 0 {
-		return nil, corrupt(name, "column %s has offset %d", col, d.Offset())
+		return nil, badFile(name, "column %s has offset %d", col, d.Offset())
 	}
 	bufs := d.Buffers()
 	if len(bufs) < 2 || bufs[1] == nil {
 		if n == 0 {
 			return nil, nil
 		}
-		return nil, corrupt(name, "column %s has no values buffer", col)
+		return nil, badFile(name, "column %s has no values buffer", col)
 	}
 	b := bufs[1].Bytes()
 	if int64(len(b)) < int64(n)*int64(size) {
-		return nil, corrupt(name, "column %s values buffer is %d bytes, want %d", col, len(b), int64(n)*int64(size))
+		return nil, badFile(name, "column %s values buffer is %d bytes, want %d", col, len(b), int64(n)*int64(size))
 	}
 	return b[:n*size], nil
 }
@@ -341,11 +353,11 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 	L := r.meta.SeqLen
 	rows64 := rec.NumRows()
 	if rows64 < 0 || rows64 > int64(len(r.data)) {
-		return Batch{}, corrupt(name, "batch %d: %d rows", idx, rows64)
+		return Batch{}, badFile(name, "batch %d: %d rows", idx, rows64)
 	}
 	rows := int(rows64)
 	if int64(rows)*int64(L)*4 > int64(len(r.data)) {
-		return Batch{}, corrupt(name, "batch %d: %d rows of %d tokens exceed the file", idx, rows, L)
+		return Batch{}, badFile(name, "batch %d: %d rows of %d tokens exceed the file", idx, rows, L)
 	}
 	b := Batch{RowStart: r.rows, Rows: rows, buffers: map[string]BufferRef{}}
 	col := 0
@@ -353,7 +365,7 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 		d := rec.Column(col).Data()
 		col++
 		if d.Len() != rows || d.NullN() != 0 || d.Offset() != 0 || len(d.Children()) != 1 {
-			return nil, corrupt(name, "batch %d column %s: length %d nulls %d, want %d rows, no nulls", idx, cname, d.Len(), d.NullN(), rows)
+			return nil, badFile(name, "batch %d column %s: length %d nulls %d, want %d rows, no nulls", idx, cname, d.Len(), d.NullN(), rows)
 		}
 		vb, err := values(name, cname, d.Children()[0], rows*L, 4)
 		if err != nil {
@@ -377,7 +389,7 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 	ld := rec.Column(col).Data()
 	col++
 	if ld.Len() != rows {
-		return b, corrupt(name, "batch %d column length: %d values, want %d", idx, ld.Len(), rows)
+		return b, badFile(name, "batch %d column length: %d values, want %d", idx, ld.Len(), rows)
 	}
 	lb, err := values(name, ColLength, ld, rows, 4)
 	if err != nil {
@@ -388,7 +400,7 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 
 	sd := rec.Column(col).Data()
 	if sd.Len() != rows || len(sd.Children()) != 1 {
-		return b, corrupt(name, "batch %d column segments: %d values, want %d", idx, sd.Len(), rows)
+		return b, badFile(name, "batch %d column segments: %d values, want %d", idx, sd.Len(), rows)
 	}
 	ob, err := values(name, "segments.offsets", sd, rows+1, 4)
 	if err != nil {
@@ -399,15 +411,15 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 	st := sd.Children()[0]
 	nseg := st.Len()
 	if st.NullN() != 0 || st.Offset() != 0 || len(st.Children()) != 3 || nseg < 0 {
-		return b, corrupt(name, "batch %d column segments: bad struct child", idx)
+		return b, badFile(name, "batch %d column segments: bad struct child", idx)
 	}
 	if b.SegOffsets[0] < 0 || int(b.SegOffsets[rows]) > nseg {
-		return b, corrupt(name, "batch %d segments offsets [%d, %d] exceed %d segments", idx, b.SegOffsets[0], b.SegOffsets[rows], nseg)
+		return b, badFile(name, "batch %d segments offsets [%d, %d] exceed %d segments", idx, b.SegOffsets[0], b.SegOffsets[rows], nseg)
 	}
 	kids := st.Children()
 	for i, cname := range []string{"segments.sample", "segments.start", "segments.length"} {
 		if kids[i].Len() != nseg {
-			return b, corrupt(name, "batch %d column %s: %d values, want %d", idx, cname, kids[i].Len(), nseg)
+			return b, badFile(name, "batch %d column %s: %d values, want %d", idx, cname, kids[i].Len(), nseg)
 		}
 	}
 	sb, err := values(name, "segments.sample", kids[0], nseg, 8)
@@ -433,18 +445,18 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 	for i := range rows {
 		lo, hi := b.SegOffsets[i], b.SegOffsets[i+1]
 		if lo > hi {
-			return b, corrupt(name, "batch %d row %d: segment offsets %d > %d", idx, i, lo, hi)
+			return b, badFile(name, "batch %d row %d: segment offsets %d > %d", idx, i, lo, hi)
 		}
 		n := b.Length[i]
 		if n < 0 || int(n) > L {
-			return b, corrupt(name, "batch %d row %d: length %d, want 0..%d", idx, i, n, L)
+			return b, badFile(name, "batch %d row %d: length %d, want 0..%d", idx, i, n, L)
 		}
 		segs = segs[:0]
 		for k := lo; k < hi; k++ {
 			segs = append(segs, Segment{Sample: b.SegSample[k], Start: b.SegStart[k], Length: b.SegLength[k]})
 		}
 		if err := checkSegments(segs, n, r.meta.Mode); err != nil {
-			return b, corrupt(name, "batch %d row %d (row %d of the shard): %v", idx, i, b.RowStart+i, err)
+			return b, badFile(name, "batch %d row %d (row %d of the shard): %v", idx, i, b.RowStart+i, err)
 		}
 	}
 	return b, nil

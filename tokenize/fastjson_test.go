@@ -7,13 +7,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/invariants"
 )
 
 // TestDecodeFast: the fixtures take the fast path, and it decodes exactly
 // what encoding/json decodes; unusual layouts fall back.
 func TestDecodeFast(t *testing.T) {
 	for i, model := range models {
-		if raceEnabled && i > 0 {
+		if invariants.Race && i > 0 {
 			break // encoding/json over a whole fixture is slow under -race: one suffices
 		}
 		data, err := readMaybeZstd(filepath.Join(fixtures, model, "tokenizer.json.zst"))

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferryml/ferry/internal/invariants"
 )
 
 // fixtures is the repository's tokenizer fixture directory.
@@ -93,7 +95,7 @@ var corpus struct {
 // corpusStep is the stride of the corpus lines heavy tests sample: every
 // line normally, fewer under the race detector.
 func corpusStep(normal, race int) int {
-	if raceEnabled {
+	if invariants.Race {
 		return race
 	}
 	return normal

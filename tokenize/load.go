@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -131,8 +132,31 @@ func unsupported(path, format string, args ...any) error {
 }
 
 func corrupt(path, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
+	return &CorruptError{Kind: ErrCorrupt, Path: path, Offset: -1, What: fmt.Sprintf(format, args...)}
 }
+
+// CorruptError is tokenize's form of ferry's corruption error
+// (internal/corrupt.Error, which tokenize may not import: it imports
+// nothing of ferry): the same fields and the same message, "KIND: PATH:
+// byte OFFSET: WHAT", the offset left out when it is -1. Path is the
+// JSON path in tokenizer.json ("model.vocab").
+type CorruptError struct {
+	Kind   error // ErrCorrupt
+	Path   string
+	Offset int64
+	What   string
+}
+
+func (e *CorruptError) Error() string {
+	s := e.Kind.Error() + ": " + e.Path
+	if e.Offset >= 0 {
+		s += ": byte " + strconv.FormatInt(e.Offset, 10)
+	}
+	return s + ": " + e.What
+}
+
+// Unwrap returns Kind.
+func (e *CorruptError) Unwrap() error { return e.Kind }
 
 type fileJSON struct {
 	Version       string          `json:"version"`

@@ -20,6 +20,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/internal/invariants"
 	"github.com/ferryml/ferry/internal/testutil/arrowcheck"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
@@ -158,7 +159,7 @@ func TestSeedParity(t *testing.T) {
 			{"long", filepath.Join("testdata", "alpaca_long.json.zst")},
 		} {
 			name := md.name + "/" + data.name
-			if prepRaceEnabled && name != "qwen2.5/en" && name != "llama3.1/zh" && name != "llama3.1/long" {
+			if invariants.Race && name != "qwen2.5/en" && name != "llama3.1/zh" && name != "llama3.1/long" {
 				continue // see prep_race_test.go
 			}
 			t.Run(name, func(t *testing.T) {

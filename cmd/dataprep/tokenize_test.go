@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryml/ferry/internal/cli"
+	"github.com/ferryml/ferry/internal/invariants"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -82,7 +83,7 @@ func TestRunTokenizeMatchesHF(t *testing.T) {
 		{"llama3.1", "corpus-dev.llama3.1.nospecial.ids.jsonl.gz", []string{"--no-special"}},
 		{"qwen2.5", "corpus-dev.qwen2.5.ids.jsonl.gz", []string{"--threads", "1"}},
 	} {
-		if tokRaceEnabled && tc.model != "qwen2.5" {
+		if invariants.Race && tc.model != "qwen2.5" {
 			continue
 		}
 		t.Run(tc.model+strings.Join(tc.args, ""), func(t *testing.T) {

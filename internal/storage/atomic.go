@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"github.com/ferryml/ferry/internal/invariants"
 )
 
 // AtomicFile is a local file written under a hidden temporary name in the
@@ -40,8 +42,8 @@ type AtomicFile struct {
 	path, tmp string
 	overwrite bool
 
-	mu        sync.Mutex // guards done and committed
-	done      bool       // committed or aborted
+	mu        sync.Mutex           // guards the ending and committed
+	end       invariants.CloseOnce // committed or aborted: closed once, under mu
 	committed bool
 }
 
@@ -91,11 +93,22 @@ func createAtomic(path string, cfg *config) (*AtomicFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: create %s: %w", path, unwrapPathErr(err))
 	}
-	return &AtomicFile{f: f, path: path, tmp: tmp, overwrite: cfg.overwrite}, nil
+	a := &AtomicFile{f: f, path: path, tmp: tmp, overwrite: cfg.overwrite}
+	// With the self-checks on, an AtomicFile dropped without Commit or
+	// Abort (its temporary file left behind) is a bug.
+	invariants.SetFinalizer(a, func(a *AtomicFile) {
+		if !a.end.Closed() {
+			panic("invariants: storage.AtomicFile " + a.path + " neither committed nor aborted")
+		}
+	})
+	return a, nil
 }
 
 // File is the temporary file, open for reading and writing. Do not close it.
-func (a *AtomicFile) File() *os.File { return a.f }
+func (a *AtomicFile) File() *os.File {
+	a.end.Use("storage.AtomicFile.File")
+	return a.f
+}
 
 // Name is the target path.
 func (a *AtomicFile) Name() string { return a.path }
@@ -111,7 +124,7 @@ func (a *AtomicFile) TempName() string { return a.tmp }
 // successful one returns nil.
 func (a *AtomicFile) Commit(ctx context.Context) error {
 	a.mu.Lock()
-	done, committed := a.done, a.committed
+	done, committed := a.end.Closed(), a.committed
 	a.mu.Unlock()
 	if done {
 		if committed {
@@ -129,10 +142,9 @@ func (a *AtomicFile) Commit(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.done {
+	if !a.end.Close() {
 		return pathError("commit", a.path, ErrAborted)
 	}
-	a.done = true
 	if err := a.f.Close(); err != nil {
 		os.Remove(a.tmp)
 		return fmt.Errorf("storage: close %s: %w", a.path, unwrapPathErr(err))
@@ -161,10 +173,9 @@ func (a *AtomicFile) Commit(ctx context.Context) error {
 func (a *AtomicFile) Abort() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.done {
+	if !a.end.Close() {
 		return nil
 	}
-	a.done = true
 	a.f.Close()
 	if err := os.Remove(a.tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("storage: abort %s: %w", a.path, unwrapPathErr(err))

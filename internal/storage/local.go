@@ -223,7 +223,7 @@ func (w *localWriter) Write(p []byte) (int, error) {
 func (w *localWriter) closed() bool {
 	w.a.mu.Lock()
 	defer w.a.mu.Unlock()
-	return w.a.done
+	return w.a.end.Closed()
 }
 
 // fail records err as sticky and discards the temporary file at once, so a

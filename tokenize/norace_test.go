@@ -1,5 +1,0 @@
-//go:build !race
-
-package tokenize
-
-const raceEnabled = false
