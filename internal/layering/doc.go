@@ -11,5 +11,11 @@
 //	chattemplate/…
 //	           imports nothing of ferry outside chattemplate/ (its tests may)
 //
+//	internal/cli       only commands (cmd/…) and bench import it (tests may)
+//	internal/testutil  only tests and fixture mains (package main) import it
+//	unsafe             only under an internal/ directory, tests included
+//	storage.IsS3       called nowhere outside internal/storage but in tests
+//	                   (a scan of the source: the location layer decides)
+//
 // `make lint` runs it, and so does `go test ./...`.
 package layering

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -53,6 +56,17 @@ func violations(pkgs []pkg) []string {
 					bad(p, imp, "tokenize imports nothing of ferry outside tokenize/")
 				}
 			}
+		}
+		for _, imp := range p.Imports { // the package's own code; its tests may use any helper
+			switch {
+			case under(imp, "internal/cli") && !under(p.ImportPath, "cmd") && !under(p.ImportPath, "bench") && !under(p.ImportPath, "internal/cli"):
+				bad(p, imp, "internal/cli is for commands (cmd/…) and bench only; libraries return errors, they do not exit")
+			case under(imp, "internal/testutil") && p.Name != "main" && !under(p.ImportPath, "internal/testutil"):
+				bad(p, imp, "internal/testutil is for tests and fixture mains only")
+			}
+		}
+		if slices.Contains(all, "unsafe") && !strings.HasPrefix(p.ImportPath, module+"/internal/") && !strings.Contains(p.ImportPath, "/internal/") {
+			bad(p, "unsafe", "unsafe only under internal/, with a safe twin (tokenize/internal/bytestr)")
 		}
 		if under(p.ImportPath, "chattemplate") {
 			for _, imp := range p.Imports {
@@ -120,11 +134,20 @@ func TestRules(t *testing.T) {
 		{ImportPath: m("tokenize"), Name: "tokenize", Imports: []string{m("tokenize/internal/uclass"), m("internal/mmap"), "golang.org/x/text"},
 			TestImports: []string{m("internal/testutil/pyenv")}},
 		{ImportPath: m("tokenize/internal/uclass"), Name: "uclass", Imports: []string{m("shard")}},
+		{ImportPath: m("cmd/dataprep"), Name: "main", Imports: []string{m("internal/cli")}},
+		{ImportPath: m("bench/cmd/bench"), Name: "main", Imports: []string{m("internal/cli"), m("internal/testutil/s3server")}},
+		{ImportPath: m("internal/storage"), Name: "storage", TestImports: []string{m("internal/cli"), m("internal/testutil/s3server")}},
+		{ImportPath: m("internal/prep"), Name: "prep", Imports: []string{m("internal/cli"), m("internal/testutil/synth")}},
+		{ImportPath: m("tokenize/internal/bytestr"), Name: "bytestr", Imports: []string{"unsafe"}},
+		{ImportPath: m("shard"), Name: "shard", XTestImports: []string{"unsafe"}},
 	}
 	want := []string{
 		m("ckpt") + " imports " + m("cmd/ckptmerge/util"),
+		m("internal/prep") + " imports " + m("internal/cli"),
+		m("internal/prep") + " imports " + m("internal/testutil/synth"),
 		m("internal/testutil/x") + " imports " + m("serve/sub"),
 		m("shard") + " imports " + m("serve"),
+		m("shard") + " imports unsafe",
 		m("tokenize") + " imports " + m("internal/mmap"),
 		m("tokenize/internal/uclass") + " imports " + m("shard"),
 	}
@@ -136,5 +159,68 @@ func TestRules(t *testing.T) {
 		if !strings.HasPrefix(got[i], want[i]+":") {
 			t.Errorf("violation %d: %s\nwant %s: …", i, got[i], want[i])
 		}
+	}
+}
+
+// isS3Calls returns file:line for every call of storage.IsS3 in the
+// non-test Go files under root outside internal/storage: the s3:// decision
+// is the location layer's (storage.LocalPath and the rest), nobody else's.
+func isS3Calls(root string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel == "internal/storage" || rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "python") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "storage.IsS3(") {
+				out = append(out, fmt.Sprintf("%s:%d", rel, i+1))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func TestNoIsS3OutsideStorage(t *testing.T) {
+	calls, err := isS3Calls(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		t.Errorf("%s calls storage.IsS3: ask the location layer (storage.LocalPath, Glob, ListNames, Fetch, Stage) instead", c)
+	}
+	// The scan itself: it finds a call in a made-up tree, not in tests or
+	// in internal/storage.
+	root := t.TempDir()
+	for name, src := range map[string]string{
+		"a/a.go":                "package a\nfunc f(l string) bool { return storage.IsS3(l) }\n",
+		"a/a_test.go":           "package a\nvar _ = storage.IsS3(\"x\")\n",
+		"internal/storage/x.go": "package storage\nvar _ = storage.IsS3(\"x\")\n",
+	} {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := isS3Calls(root); err != nil || !slices.Equal(got, []string{"a/a.go:2"}) {
+		t.Errorf("scan of a made-up tree: %v, %v; want [a/a.go:2]", got, err)
 	}
 }
