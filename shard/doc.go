@@ -75,8 +75,9 @@
 // # Concurrency and lifetimes
 //
 // A Writer is not safe for concurrent use and keeps its first error. A
-// Reader is safe for concurrent use; every slice it returns aliases the
-// mapped file and is valid until Close. WriteDir calls RowSource.FillRow
+// Reader's methods may be called by several goroutines at once, except
+// Close, which must come after all of them; every slice it returns aliases
+// the mapped file and is valid until Close. WriteDir calls RowSource.FillRow
 // from several goroutines.
 //
 // # Limits

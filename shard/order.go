@@ -2,9 +2,11 @@ package shard
 
 import "fmt"
 
-// Rand is the seeded generator behind every shuffle in ferry: SplitMix64
-// (Steele, Lea, Flood 2014). Its output is fixed by this definition, so a
-// shuffle can be reproduced in any language:
+// Rand is the seeded generator behind the shuffle that dataprep writes
+// (the row-to-rank order of Assign): SplitMix64 (Steele, Lea, Flood 2014).
+// The Python loader's per-epoch block order is a different generator
+// (numpy's PCG64, python/ferry/order.py). Rand's output is fixed by this
+// definition, so the shuffle can be reproduced in any language:
 //
 //	state += 0x9E3779B97F4A7C15
 //	z = state

@@ -16,8 +16,9 @@ import (
 )
 
 // Part files: the tokenized examples of one part of a split dataprep run
-// (dataprep --part I/N), which dataprep commit lays out into a shard
-// directory. docs/parts.md is the contract.
+// (dataprep --part I/N: internal/prep.RunPart), which dataprep commit
+// (prep.Commit) lays out into a shard directory. docs/parts.md is the
+// contract.
 //
 //	part-IIIII-of-NNNNN.bin (little-endian):
 //	  +-----------+---------+----------+----------+----------+

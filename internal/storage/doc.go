@@ -2,7 +2,10 @@
 // volumes (FUSE, NFS) and S3-compatible object stores behind one small
 // interface, and never leaves a half-written result.
 //
-// A location is a plain path or an s3://bucket/key URL. Open gives random
+// A location is a plain path or an s3://bucket/key URL, and this package
+// is the only one that tells them apart (internal/layering checks that no
+// other calls IsS3): callers ask locate.go's questions instead (LocalPath,
+// Glob, ListNames, WriteFile, Fetch, Stage, RemoveMatching). Open gives random
 // access (local: pread; S3: ranged GETs, split into parallel ranges for
 // large reads); OpenStream gives one fast sequential read (S3: parallel
 // ranged read-ahead). Create returns a Writer that receives bytes in
