@@ -78,6 +78,21 @@ func (c Chat) Vars(special map[string]string) (map[string]Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	// render_jinja_template's checks.
+	if l, ok := c.Tools.(*List); ok {
+		for _, t := range l.Items {
+			if _, ok := t.(*Dict); !ok {
+				return nil, errors.New("chattemplate: Tools should either be a JSON schema, or a callable function with type hints and a docstring suitable for auto-conversion to a schema.")
+			}
+		}
+	}
+	if l, ok := c.Documents.(*List); ok {
+		for _, d := range l.Items {
+			if _, ok := d.(*Dict); !ok {
+				return nil, errors.New("chattemplate: Documents should be a list of dicts with 'title' and 'text' keys!")
+			}
+		}
+	}
 	vars := make(map[string]Value, len(special)+len(c.Kwargs)+4)
 	for k, v := range special {
 		vars[k] = v

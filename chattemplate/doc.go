@@ -23,7 +23,21 @@
 // Apply normalizes the messages as transformers 5.24 does (NormalizeMessages:
 // null-valued keys dropped, reasoning fields aliased) and passes tools=None
 // and documents=None when absent, as transformers does (so "tools is
-// defined" is true). ShareGPT maps from/value turns to messages.
+// defined" is true). ShareGPT maps from/value turns to messages;
+// ChatFromRecord reads a dataset record (messages, ShareGPT conversations
+// or a bare list; tools as a list or a JSON string; chat_template_kwargs)
+// and refuses media content parts (ErrNotText).
+//
+// Generation spans are byte offsets into Result.Text (Start, End) and the
+// same in code points (CharStart, CharEnd), which is what transformers'
+// return_assistant_tokens_mask records. A block inside a macro, set block
+// or filter block is recorded as transformers records it, at the length of
+// the top-level output so far.
+//
+// Names are scoped as jinja2 compiles them (scope.go): a name a frame (the
+// template, a loop body, a macro, a block) assigns without reading it
+// first starts that frame undefined, even when the render's variables
+// have it, and inner frames see it so until the assignment runs.
 //
 // # Concurrency and lifetimes
 //
@@ -78,7 +92,9 @@
 //
 // # Known differences
 //
-// Not implemented (ErrUnsupported): recursive for loops, extends, include,
+// Not implemented (ErrUnsupported): continue_final_message (a caller can
+// render and cut, as transformers does), tools given as Python callables,
+// recursive for loops, extends, include,
 // import, block, *args/**kwargs in calls, tuple subscripts, the filters
 // batch slice groupby truncate wordwrap wordcount striptags urlize urlencode
 // pprint xmlattr filesizeformat forceescape random, round with a precision,

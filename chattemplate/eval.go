@@ -301,7 +301,7 @@ func (r *renderer) binop(op string, l, rv Value) (Value, error) {
 			return nil, typeErr("can only concatenate str (not \"%s\") to str", pyTypeName(rv))
 		case *List:
 			if b, ok := rv.(*List); ok && b.Tuple == a.Tuple && !a.lazy && !b.lazy {
-				if err := r.checkLen(len(a.Items) + len(b.Items)); err != nil {
+				if err := r.checkLen(16 * (len(a.Items) + len(b.Items))); err != nil {
 					return nil, err
 				}
 				return &List{Items: append(append(make([]Value, 0, len(a.Items)+len(b.Items)), a.Items...), b.Items...), Tuple: a.Tuple}, nil
@@ -325,7 +325,8 @@ func (r *renderer) binop(op string, l, rv Value) (Value, error) {
 					}
 					return strings.Repeat(s, int(ki)), nil
 				case *List:
-					if err := r.checkLen(len(s.Items) * int(min(ki, int64(r.maxOut)+1))); err != nil {
+					// A list item costs at least 16 bytes.
+					if err := r.checkLen(16 * len(s.Items) * int(min(ki, int64(r.maxOut)+1))); err != nil {
 						return nil, err
 					}
 					out := &List{Tuple: s.Tuple}
