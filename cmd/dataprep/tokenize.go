@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,13 +11,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ferryml/ferry/internal/cli"
-	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/encode"
+	"github.com/ferryml/ferry/internal/prep"
 	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/tokenize"
 )
@@ -186,53 +183,15 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		defer outFile.Close()
 		out = outFile
 	}
-	var bw *bufio.Writer
-	if out != nil {
-		bw = bufio.NewWriterSize(out, 1<<20)
-	}
 	loadS := time.Since(t0).Seconds()
 
-	p := &tokenizePass{tok: tok, enc: enc, cfg: c, threads: threads, name: name}
-	t1 := time.Now()
+	p := &prep.IDs{Enc: enc, Threads: threads, Name: name, Batch: c.batch, Alpaca: c.alpaca}
 	if c.bench {
-		return p.bench(ctx, in, stdout)
+		return bench(ctx, p, tok, c, in, stdout)
 	}
-	if c.alpaca {
-		data, err := io.ReadAll(in)
-		if err != nil {
-			return fmt.Errorf("dataprep tokenize: %s: %w", name, err)
-		}
-		texts, err := p.alpacaTexts(data)
-		if err != nil {
-			return err
-		}
-		p.readS = time.Since(t1).Seconds()
-		if err := p.run(ctx, texts, nil, 1, bw); err != nil {
-			return err
-		}
-	} else {
-		br := bufio.NewReaderSize(in, 1<<20)
-		lineNo := 1
-		for {
-			lines, n, eof, err := readLineBatch(br, c.batch, 8<<20)
-			if err != nil {
-				return fmt.Errorf("dataprep tokenize: %s: line %d: %w", name, lineNo+n, err)
-			}
-			if len(lines) > 0 {
-				if err := p.run(ctx, nil, lines, lineNo, bw); err != nil {
-					return err
-				}
-			}
-			lineNo += n
-			if eof {
-				break
-			}
-		}
-	}
-	if bw != nil {
-		if err := bw.Flush(); err != nil {
-			return fmt.Errorf("dataprep tokenize: writing output: %w", err)
-		}
+	st, err := p.Write(ctx, in, out)
+	if err != nil {
+		return fmt.Errorf("dataprep tokenize: %w", err)
 	}
 	if outFile != nil {
 		if err := outFile.Close(); err != nil {
@@ -240,12 +199,11 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		}
 	}
 	if c.benchLine {
-		enc := p.encodeS.Load()
-		s := float64(enc) / 1e9
+		s := st.Encode.Seconds()
 		line, _ := json.Marshal(map[string]any{"bench": map[string]any{
-			"load_s": tokRound4(loadS), "read_s": tokRound4(p.readS), "encode_s": tokRound4(s),
-			"lines": p.lines, "bytes": p.bytes, "tokens": p.tokens,
-			"encode_mb_per_s": tokRound4(float64(p.bytes) / s / 1e6), "tokens_per_s": int64(float64(p.tokens) / s),
+			"load_s": tokRound4(loadS), "read_s": tokRound4(st.Read.Seconds()), "encode_s": tokRound4(s),
+			"lines": st.Lines, "bytes": st.Bytes, "tokens": st.Tokens,
+			"encode_mb_per_s": tokRound4(float64(st.Bytes) / s / 1e6), "tokens_per_s": int64(float64(st.Tokens) / s),
 			"threads": threads,
 		}})
 		if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
@@ -260,141 +218,18 @@ func tokRound4(x float64) float64 {
 	return v
 }
 
-// readLineBatch reads up to maxLines lines or about maxBytes bytes. Blank lines
-// are kept (and rejected later, with their number); the last line may lack
-// its newline. n is the number of lines consumed.
-func readLineBatch(br *bufio.Reader, maxLines, maxBytes int) (lines [][]byte, n int, eof bool, err error) {
-	size := 0
-	for len(lines) < maxLines && size < maxBytes {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			line = bytes.TrimSuffix(line, []byte("\n"))
-			line = bytes.TrimSuffix(line, []byte("\r"))
-			lines = append(lines, line)
-			size += len(line)
-			n++
-		}
-		if err == io.EOF {
-			return lines, n, true, nil
-		}
-		if err != nil {
-			return lines, n, false, err
-		}
-	}
-	return lines, n, false, nil
-}
-
-// lineChunk is the number of lines a goroutine decodes or formats at a time.
-const lineChunk = 32
-
-// tokenizePass encodes batches of texts in parallel and writes their ids in order.
-type tokenizePass struct {
-	tok     *tokenize.Tokenizer
-	enc     *encode.Encoder
-	cfg     *tokenizeConfig
-	threads int
-	name    string
-
-	readS                float64
-	lines, bytes, tokens int64
-	encodeS              atomic.Int64 // nanoseconds in encode, summed over all batches (wall)
-}
-
-// run encodes texts (or JSONL lines to decode first; firstLine numbers
-// them) and writes the ids to w (nil: discard). Decoding the JSON, encoding
-// and formatting the output are three parallel phases, so that encode_s of
-// --bench-line times the tokenizer alone, as hf_tokenize.py times encode_batch.
-func (p *tokenizePass) run(ctx context.Context, texts []string, lines [][]byte, firstLine int, w *bufio.Writer) error {
-	n := len(texts)
-	if lines != nil {
-		n = len(lines)
-		var err error
-		if texts, err = p.decodeLines(ctx, lines, firstLine); err != nil {
-			return err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	start := time.Now()
-	ids, err := p.enc.EncodeTexts(ctx, texts, p.threads)
-	p.encodeS.Add(int64(time.Since(start)))
-	if err != nil {
-		return err
-	}
-	for i := range texts {
-		p.lines++
-		p.bytes += int64(len(texts[i]))
-		p.tokens += int64(len(ids[i]))
-	}
-	if w == nil {
-		return nil
-	}
-	out := make([][]byte, n)
-	if err := encode.Parallel(ctx, n, p.threads, lineChunk, func(lo, hi int) error {
-		for i := lo; i < hi; i++ {
-			out[i] = appendIDsLine(nil, ids[i])
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, b := range out {
-		if _, err := w.Write(b); err != nil {
-			return fmt.Errorf("dataprep tokenize: writing output: %w", err)
-		}
-	}
-	return nil
-}
-
-// decodeLines decodes JSONL {"text": ...} lines in parallel.
-func (p *tokenizePass) decodeLines(ctx context.Context, lines [][]byte, firstLine int) ([]string, error) {
-	texts := make([]string, len(lines))
-	errs := make([]error, len(lines))
-	// Errors are kept by line, so that the first bad line is reported
-	// whatever the number of goroutines.
-	err := encode.Parallel(ctx, len(lines), p.threads, lineChunk, func(lo, hi int) error {
-		for i := lo; i < hi; i++ {
-			var rec struct {
-				Text *string `json:"text"`
-			}
-			line := lines[i]
-			if !utf8.Valid(line) { // replace as Node's UTF-8 decoder does, not per byte as encoding/json
-				line = []byte(tokenize.ValidUTF8(string(line)))
-			}
-			if err := json.Unmarshal(line, &rec); err != nil {
-				errs[i] = fmt.Errorf("%s: line %d: %v", p.name, firstLine+i, err)
-			} else if rec.Text == nil {
-				errs[i] = fmt.Errorf("%s: line %d: no \"text\" string", p.name, firstLine+i)
-			} else {
-				texts[i] = *rec.Text
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("dataprep tokenize: %w", err)
-		}
-	}
-	return texts, nil
-}
-
 // bench is --bench: the reference tool's timing of encodeBatch over the
 // whole input, median of --runs after --warmup, by wall clock and by the
 // process's CPU time.
-func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer) error {
+func bench(ctx context.Context, p *prep.IDs, tok *tokenize.Tokenizer, c *tokenizeConfig, in io.Reader, stdout io.Writer) error {
 	data, err := io.ReadAll(in)
 	if err != nil {
-		return fmt.Errorf("dataprep tokenize: %s: %w", p.name, err)
+		return fmt.Errorf("dataprep tokenize: %s: %w", p.Name, err)
 	}
 	var texts []string
-	if p.cfg.alpaca {
-		if texts, err = p.alpacaTexts(data); err != nil {
-			return err
+	if c.alpaca {
+		if texts, err = p.AlpacaTexts(data); err != nil {
+			return fmt.Errorf("dataprep tokenize: %w", err)
 		}
 	} else {
 		lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
@@ -404,7 +239,7 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 		for i := range lines {
 			lines[i] = bytes.TrimSuffix(lines[i], []byte("\r"))
 		}
-		texts, err = p.decodeLines(ctx, lines, 1)
+		texts, err = p.DecodeLines(ctx, lines, 1)
 	}
 	if err != nil {
 		return fmt.Errorf("dataprep tokenize: %w", err)
@@ -413,60 +248,30 @@ func (p *tokenizePass) bench(ctx context.Context, in io.Reader, stdout io.Writer
 	for _, t := range texts {
 		nbytes += int64(len(t))
 	}
-	special := !p.cfg.noSpecial
-	for range max(1, p.cfg.warmup) {
+	special := !c.noSpecial
+	for range max(1, c.warmup) {
 		tokens = 0
-		for _, ids := range p.tok.EncodeBatch(texts, special, p.threads) {
+		for _, ids := range tok.EncodeBatch(texts, special, p.Threads) {
 			tokens += int64(len(ids))
 		}
 	}
 	var wall, cpu []float64
-	for range p.cfg.runs {
+	for range c.runs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		c0, t0 := procstat.CPUSeconds(), time.Now()
-		p.tok.EncodeBatch(texts, special, p.threads)
+		tok.EncodeBatch(texts, special, p.Threads)
 		wall = append(wall, time.Since(t0).Seconds())
 		cpu = append(cpu, procstat.CPUSeconds()-c0)
 	}
 	s, cs := procstat.Median(wall), procstat.Median(cpu)
 	out, _ := json.Marshal(map[string]any{
-		"tokenizer": p.cfg.tokenizer, "threads": p.threads, "lines": len(texts), "bytes": nbytes, "tokens": tokens,
+		"tokenizer": c.tokenizer, "threads": p.Threads, "lines": len(texts), "bytes": nbytes, "tokens": tokens,
 		"add_special_tokens": special, "runs_s": wall, "median_s": tokRound4(s),
 		"MB_per_s": tokRound4(float64(nbytes) / s / 1e6), "tokens_per_s": int64(float64(tokens) / s),
 		"median_cpu_s": tokRound4(cs), "MB_per_cpu_s": tokRound4(float64(nbytes) / cs / 1e6), "tokens_per_cpu_s": int64(float64(tokens) / cs),
 	})
 	_, err = fmt.Fprintf(stdout, "%s\n", out)
 	return err
-}
-
-// appendIDsLine appends {"ids":[...]}\n as JSON.stringify writes it.
-func appendIDsLine(b []byte, ids []int32) []byte {
-	b = append(b, `{"ids":[`...)
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(id), 10)
-	}
-	return append(b, "]}\n"...)
-}
-
-// alpacaTexts reads Alpaca records (a JSON array or JSON Lines, as
-// internal/dataset reads them for dataprep) and formats them with the
-// seeds' template. Invalid UTF-8 is replaced first, as the reference tool's
-// decoder does; an input without records gives no texts.
-func (p *tokenizePass) alpacaTexts(data []byte) ([]string, error) {
-	if !utf8.Valid(data) {
-		data = []byte(tokenize.ValidUTF8(string(data)))
-	}
-	res, err := dataset.Parse(p.name, data, dataset.Options{})
-	if errors.Is(err, dataset.ErrEmpty) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dataprep tokenize: %w", err)
-	}
-	return p.enc.Texts(res.Records), nil
 }

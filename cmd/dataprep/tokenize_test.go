@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/invariants"
+	"github.com/ferryml/ferry/internal/prep"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -67,7 +68,7 @@ func canonical(t *testing.T, lines []string) string {
 		if err := json.Unmarshal([]byte(l), &v); err != nil {
 			t.Fatal(err)
 		}
-		b.Write(appendIDsLine(nil, v.IDs))
+		b.Write(prep.AppendIDsLine(nil, v.IDs))
 	}
 	return b.String()
 }
