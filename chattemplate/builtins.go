@@ -300,27 +300,64 @@ var (
 func pyUpper(s string) string { return upperCaser.String(s) }
 func pyLower(s string) string { return lowerCaser.String(s) }
 
-var titleSpecial = map[rune]string{
-	'ß': "Ss", 'ﬀ': "Ff", 'ﬁ': "Fi", 'ﬂ': "Fl", 'ﬃ': "Ffi", 'ﬄ': "Ffl", 'ﬅ': "St", 'ﬆ': "St",
-	'ŉ': "ʼN", 'և': "Եւ",
-}
+var titleCaser = cases.Title(language.Und, cases.NoLower)
 
+// pyTitleRune is the full title-case mapping of r (SpecialCasing
+// included: ß → Ss, ŉ → ʼN, ΐ → Ϊ́).
 func pyTitleRune(r rune) string {
-	if s, ok := titleSpecial[r]; ok {
-		return s
+	if r < 0x80 {
+		return string(unicode.ToTitle(r))
 	}
-	return string(unicode.ToTitle(r))
+	return titleCaser.String(string(r))
 }
 
 func isCased(r rune) bool { return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) }
 
+// isCaseIgnorable approximates Unicode's Case_Ignorable property.
+func isCaseIgnorable(r rune) bool {
+	switch r {
+	case '\'', '.', ':', '^', '`', 0xb7, 0x387, 0x5f4, 0x2018, 0x2019, 0x2024, 0x2027, 0xfe13, 0xfe52, 0xfe55, 0xff07, 0xff0e, 0xff1a:
+		return true
+	}
+	return unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf, unicode.Lm, unicode.Sk)
+}
+
+func isCasedFull(r rune) bool {
+	return isCased(r) || unicode.Is(unicode.Other_Lowercase, r) || unicode.Is(unicode.Other_Uppercase, r)
+}
+
+// lowerAt is CPython's lower_ucs4: rs[i] lowercased, with capital sigma
+// becoming final sigma in the Final_Sigma context of the whole string.
+func lowerAt(rs []rune, i int) string {
+	if rs[i] != 0x3a3 {
+		return pyLower(string(rs[i]))
+	}
+	j := i - 1
+	for j >= 0 && isCaseIgnorable(rs[j]) {
+		j--
+	}
+	final := j >= 0 && isCasedFull(rs[j])
+	if final && i < len(rs)-1 {
+		j = i + 1
+		for j < len(rs) && isCaseIgnorable(rs[j]) {
+			j++
+		}
+		final = j == len(rs) || !isCasedFull(rs[j])
+	}
+	if final {
+		return "\u03c2"
+	}
+	return "\u03c3"
+}
+
 // pyTitle is str.title.
 func pyTitle(s string) string {
 	var b strings.Builder
+	rs := []rune(s)
 	prevCased := false
-	for _, r := range s {
+	for i, r := range rs {
 		if prevCased {
-			b.WriteString(pyLower(string(r)))
+			b.WriteString(lowerAt(rs, i))
 		} else {
 			b.WriteString(pyTitleRune(r))
 		}
@@ -334,8 +371,13 @@ func pyCapitalize(s string) string {
 	if s == "" {
 		return s
 	}
-	r, sz := utf8.DecodeRuneInString(s)
-	return pyTitleRune(r) + pyLower(s[sz:])
+	rs := []rune(s)
+	var b strings.Builder
+	b.WriteString(pyTitleRune(rs[0]))
+	for i := 1; i < len(rs); i++ {
+		b.WriteString(lowerAt(rs, i))
+	}
+	return b.String()
 }
 
 // jinjaTitle is jinja2's title filter: each word split at [-\s({\[<]+
@@ -343,19 +385,22 @@ func pyCapitalize(s string) string {
 func jinjaTitle(s string) string {
 	var b strings.Builder
 	isSep := func(r rune) bool { return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || isSpace(r) }
-	atStart := true
-	for _, r := range s {
-		if isSep(r) {
-			b.WriteRune(r)
-			atStart = true
-			continue
+	for s != "" {
+		i := strings.IndexFunc(s, func(r rune) bool { return !isSep(r) })
+		if i < 0 {
+			b.WriteString(s)
+			break
 		}
-		if atStart {
-			b.WriteString(pyUpper(string(r)))
-			atStart = false
-		} else {
-			b.WriteString(pyLower(string(r)))
+		b.WriteString(s[:i])
+		s = s[i:]
+		j := strings.IndexFunc(s, isSep)
+		if j < 0 {
+			j = len(s)
 		}
+		_, sz := utf8.DecodeRuneInString(s)
+		b.WriteString(pyUpper(s[:sz]))
+		b.WriteString(pyLower(s[sz:j]))
+		s = s[j:]
 	}
 	return b.String()
 }
@@ -666,14 +711,20 @@ func (r *renderer) strMethod(s, name string, args []Value, kn []string, kv []Val
 	case "isspace":
 		return allRunes(s, isSpace), nil
 	case "isupper", "islower":
+		// Python: every cased character upper (lower), and at least one.
 		cased := false
 		for _, c := range s {
-			if unicode.IsUpper(c) || unicode.IsTitle(c) {
+			lower := unicode.IsLower(c) || unicode.Is(unicode.Other_Lowercase, c)
+			upper := unicode.IsUpper(c) || unicode.Is(unicode.Other_Uppercase, c)
+			switch {
+			case unicode.IsTitle(c):
+				return false, nil
+			case upper:
 				if name == "islower" {
 					return false, nil
 				}
 				cased = true
-			} else if unicode.IsLower(c) {
+			case lower:
 				if name == "isupper" {
 					return false, nil
 				}
@@ -863,7 +914,7 @@ func toInt(v Value, def Value) Value {
 	case int64:
 		return v
 	case float64:
-		if math.IsNaN(v) || math.IsInf(v, 0) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) >= 1<<63 {
 			return def
 		}
 		return int64(v)

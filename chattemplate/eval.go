@@ -447,7 +447,7 @@ func arith(op string, l, rv Value) (Value, error) {
 		if b == 0 {
 			return nil, typeErr("float floor division by zero")
 		}
-		return math.Floor(a / b), nil
+		return floatFloorDiv(a, b), nil
 	case "%":
 		if b == 0 {
 			return nil, typeErr("float modulo")
@@ -455,12 +455,38 @@ func arith(op string, l, rv Value) (Value, error) {
 		m := math.Mod(a, b)
 		if m != 0 && ((m < 0) != (b < 0)) {
 			m += b
+		} else if m == 0 {
+			m = math.Copysign(0, b)
 		}
 		return m, nil
 	case "**":
-		return math.Pow(a, b), nil
+		p := math.Pow(a, b)
+		if math.IsInf(p, 0) && !math.IsInf(a, 0) && !math.IsInf(b, 0) {
+			if a == 0 {
+				return nil, typeErr("0.0 cannot be raised to a negative power")
+			}
+			return nil, typeErr("(34, 'Numerical result out of range')")
+		}
+		return p, nil
 	}
 	return nil, unsupportedErr("operator %s", op)
+}
+
+// floatFloorDiv is CPython's float floor division (float_divmod).
+func floatFloorDiv(a, b float64) float64 {
+	mod := math.Mod(a, b)
+	div := (a - mod) / b
+	if mod != 0 && (b < 0) != (mod < 0) {
+		div -= 1
+	}
+	if div == 0 {
+		return math.Copysign(0, a/b)
+	}
+	fd := math.Floor(div)
+	if div-fd > 0.5 {
+		fd++
+	}
+	return fd
 }
 
 func abs64(x int64) int64 {

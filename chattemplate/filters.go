@@ -335,6 +335,9 @@ func (r *renderer) filter(name string, in Value, args []Value, kn []string, kv [
 		if a[0] == nil {
 			a[0] = int64(0)
 		}
+		if f, ok := in.(float64); ok && math.Abs(f) >= 1<<63 && !math.IsInf(f, 0) {
+			return nil, errOverflow
+		}
 		return toInt(in, a[0]), nil
 	case "float":
 		a, err := bind("default")

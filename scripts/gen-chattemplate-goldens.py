@@ -264,13 +264,38 @@ def _random_template(rnd):
     return head + block(0)
 
 
-def gen_random(n=1000, seed=26):
+_STRS = ["ǅemal ǆ", "straße ß", "İstanbul ı", "ΣΑΣ ὈΔΥΣΣΕΎΣ σς", "ﬁne ﬂow ŉ", "hello wORLD", "  a\u3000b\u2028 \x1c", "x\x1cy\x85z",
+         "", "a,b,,c", "日本語テキスト", "😀 emoji ❤️", "they're 3rd-class (x)[y]{z}<w>", "a\tb\nc\r\nd\re\x0bf\x0cg\u2029h",
+         "ǉubljana ǈ", "ﾟ ½ ² ⅷ ൧", "MiXeD cAsE wOrDs-AND_Under_score", "x\u0301e\u0301 combining", "\u00a0nbsp\u00a0",
+         "ʼn", "ΐ ΰ", "ꭰ Ꭰ", "ﬀ ﬃ ﬅ", "Ǳ ǲ ǳ"]
+_NUMS = ["0", "-7", "5", "1099511627776", "0.1", "1e16", "1e-7", "123456.789", "-0.0", "2.5", "1e22", "3.0", "1/3", "2**0.5",
+         "10/4", "7.0//2", "-7.5%2", "0.1+0.2", "1e300*10", "100000000000000000.0", "1.5e-5", "12345678901234567.0"]
+_STR_OPS = [".upper()", ".lower()", ".title()", ".capitalize()", ".strip()", ".lstrip()", ".rstrip()", ".split()",
+            ".splitlines()", ".split(',')", ".split(' ', 1)", ".rsplit(None, 1)", ".startswith('a')", ".find('a')",
+            ".count('a')", ".replace('a', 'b')", ".center(9)", ".zfill(5)", "|title", "|capitalize", "|upper", "|lower",
+            "|trim", "|length", "|string", "|int", "|float", "|list", "|reverse", "|first", "|last", "|tojson",
+            "|tojson(ensure_ascii=true)", "|indent(3)", "|center(9)", "[1:]", "[::-1]", "[-3:]", "[2]", ".strip('a ')",
+            ".isupper()", ".islower()", ".isspace()", ".isdigit()", ".isalpha()", "|replace(' ', '')", ".partition(' ')"]
+_NUM_OPS = ["", "|string", "|int", "|float", "|round", "|abs", "|tojson", " + 1", " * 3", " / 7", " // 2", " % 3", " ** 2",
+            " - 0.5", " == 5", " < 2.5", "|string|length", " ~ ''"]
+
+
+def _random_expr(rnd):
+    if rnd.random() < 0.6:
+        s = rnd.choice(_STRS)
+        lit = json.dumps(s, ensure_ascii=False)
+        return "{{ " + lit + rnd.choice(_STR_OPS) + rnd.choice(["", "", "|string", "|length"]) + " }}"
+    a, b = rnd.choice(_NUMS), rnd.choice(_NUMS)
+    return "{{ (" + a + ")" + rnd.choice(_NUM_OPS) + " }}|{{ [" + a + ", " + b + "] }}|{{ (" + a + ") " + rnd.choice(["+", "-", "*", "/", "//", "%"]) + " (" + b + ") }}"
+
+
+def gen_random(n=3000, seed=26):
     rnd = random.Random(seed)
     v = {"x": "ab c", "y": " Hé llo  wörld ", "n": 5, "f": 2.5, "xs": ["b", "a", "c"], "d": {"b": 1.0, "a": [1, None]},
          "ms": {"role": "user", "content": " hi\n"}}
     with gzip.GzipFile(os.path.join(OUT, "random.jsonl.gz"), "wb", mtime=0) as f:
-        for _ in range(n):
-            src = _random_template(rnd)
+        for i in range(n):
+            src = _random_template(rnd) if i % 2 == 0 else _random_expr(rnd)
             c = {"src": src}
             try:
                 rendered, idx = ctu.render_jinja_template(conversations=[[]], chat_template=src, return_assistant_tokens_mask=True, **v)
