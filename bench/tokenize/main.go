@@ -3,6 +3,7 @@
 // same texts, the same thread count, runs alternating between the two.
 //
 //	go run ./bench/tokenize [-quick] [-threads 1,2] [-runs 5] [-alpaca-mb 20]
+//	go run ./bench/tokenize ferry -tokenizer DIR [flags] [IN.jsonl]   (ferry's side alone; ferry.go)
 //
 // Inputs: (a) the bundled Alpaca demo records formatted as the seed workloads
 // do ("### Instruction:\n...\n\n### Input:\n...\n\n### Response:\n...{eos}"),
@@ -56,7 +57,13 @@ type config struct {
 }
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "ferry" {
+		err = runFerry(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else {
+		err = run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "tokenize-bench:", err)
 		os.Exit(1)
 	}

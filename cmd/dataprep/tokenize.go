@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +15,6 @@ import (
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/encode"
 	"github.com/ferryml/ferry/internal/prep"
-	"github.com/ferryml/ferry/internal/procstat"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -46,9 +44,6 @@ type tokenizeConfig struct {
 	padToken  string
 	out       string
 	benchLine bool
-	bench     bool
-	runs      int
-	warmup    int
 	batch     int
 	input     string // "" = stdin
 }
@@ -71,9 +66,6 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 	fs.StringVar(&c.padToken, "pad-token", "", "the padding `token` (default: --eos, as the seeds set pad_token = eos_token)")
 	fs.StringVar(&c.out, "out", "-", "output `file`: - for stdout, none to discard the ids")
 	fs.BoolVar(&c.benchLine, "bench-line", false, `print a final {"bench": {...}} line with the encode throughput on stdout`)
-	fs.BoolVar(&c.bench, "bench", false, "time EncodeBatch over the whole input --runs times after --warmup and print one JSON object, as bench/anchors/hf_tokenize.py --bench does (no ids are written)")
-	fs.IntVar(&c.runs, "runs", 5, "with --bench: timed runs")
-	fs.IntVar(&c.warmup, "warmup", 1, "with --bench: untimed runs first")
 	fs.IntVar(&c.batch, "batch", 4096, "JSONL lines read and encoded per batch")
 	special := fs.Bool("special", false, "add_special_tokens=true (the default; for hf_tokenize.py compatibility)")
 	if err := fs.Parse(args); err != nil {
@@ -102,8 +94,6 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*tokenizeConfig, error
 		return bad("--pad needs --max-length")
 	case c.batch < 1:
 		return bad("--batch must be >= 1")
-	case c.bench && (c.runs < 1 || c.warmup < 0):
-		return bad("--runs must be >= 1 and --warmup >= 0")
 	case *special && c.noSpecial:
 		return bad("--special and --no-special")
 	}
@@ -186,9 +176,6 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	loadS := time.Since(t0).Seconds()
 
 	p := &prep.IDs{Enc: enc, Threads: threads, Name: name, Batch: c.batch, Alpaca: c.alpaca}
-	if c.bench {
-		return bench(ctx, p, tok, c, in, stdout)
-	}
 	st, err := p.Write(ctx, in, out)
 	if err != nil {
 		return fmt.Errorf("dataprep tokenize: %w", err)
@@ -216,62 +203,4 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 func tokRound4(x float64) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 4, 64), 64)
 	return v
-}
-
-// bench is --bench: the reference tool's timing of encodeBatch over the
-// whole input, median of --runs after --warmup, by wall clock and by the
-// process's CPU time.
-func bench(ctx context.Context, p *prep.IDs, tok *tokenize.Tokenizer, c *tokenizeConfig, in io.Reader, stdout io.Writer) error {
-	data, err := io.ReadAll(in)
-	if err != nil {
-		return fmt.Errorf("dataprep tokenize: %s: %w", p.Name, err)
-	}
-	var texts []string
-	if c.alpaca {
-		if texts, err = p.AlpacaTexts(data); err != nil {
-			return fmt.Errorf("dataprep tokenize: %w", err)
-		}
-	} else {
-		lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
-		if len(data) == 0 {
-			lines = nil
-		}
-		for i := range lines {
-			lines[i] = bytes.TrimSuffix(lines[i], []byte("\r"))
-		}
-		texts, err = p.DecodeLines(ctx, lines, 1)
-	}
-	if err != nil {
-		return fmt.Errorf("dataprep tokenize: %w", err)
-	}
-	var nbytes, tokens int64
-	for _, t := range texts {
-		nbytes += int64(len(t))
-	}
-	special := !c.noSpecial
-	for range max(1, c.warmup) {
-		tokens = 0
-		for _, ids := range tok.EncodeBatch(texts, special, p.Threads) {
-			tokens += int64(len(ids))
-		}
-	}
-	var wall, cpu []float64
-	for range c.runs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		c0, t0 := procstat.CPUSeconds(), time.Now()
-		tok.EncodeBatch(texts, special, p.Threads)
-		wall = append(wall, time.Since(t0).Seconds())
-		cpu = append(cpu, procstat.CPUSeconds()-c0)
-	}
-	s, cs := procstat.Median(wall), procstat.Median(cpu)
-	out, _ := json.Marshal(map[string]any{
-		"tokenizer": c.tokenizer, "threads": p.Threads, "lines": len(texts), "bytes": nbytes, "tokens": tokens,
-		"add_special_tokens": special, "runs_s": wall, "median_s": tokRound4(s),
-		"MB_per_s": tokRound4(float64(nbytes) / s / 1e6), "tokens_per_s": int64(float64(tokens) / s),
-		"median_cpu_s": tokRound4(cs), "MB_per_cpu_s": tokRound4(float64(nbytes) / cs / 1e6), "tokens_per_cpu_s": int64(float64(tokens) / cs),
-	})
-	_, err = fmt.Fprintf(stdout, "%s\n", out)
-	return err
 }

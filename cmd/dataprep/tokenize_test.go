@@ -18,7 +18,6 @@ import (
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/invariants"
 	"github.com/ferryml/ferry/internal/prep"
-	"github.com/ferryml/ferry/tokenize"
 )
 
 var tokDir = filepath.Join("..", "..", "testdata", "tokenizers")
@@ -199,32 +198,5 @@ func TestRunTokenizeErrors(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tc.wantMsg)
 			}
 		})
-	}
-}
-
-func TestRunTokenizeBench(t *testing.T) {
-	in := "{\"text\":\"Hello world\"}\n{\"text\":\"a\\u00e9\"}\n"
-	var out, errb bytes.Buffer
-	args := []string{"--tokenizer", filepath.Join("..", "..", "tokenize", "testdata", "synthetic", "gpt2"), "--bench", "--runs", "3", "--threads", "2"}
-	if err := runTokenize(context.Background(), args, strings.NewReader(in), &out, &errb); err != nil {
-		t.Fatal(err, errb.String())
-	}
-	var v struct {
-		Lines  int       `json:"lines"`
-		Bytes  int64     `json:"bytes"`
-		Tokens int64     `json:"tokens"`
-		Runs   []float64 `json:"runs_s"`
-		MBs    float64   `json:"MB_per_s"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
-		t.Fatalf("%q: %v", out.String(), err)
-	}
-	tok, err := tokenize.Load(args[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := int64(len(tok.Encode("Hello world", true)) + len(tok.Encode("a\u00e9", true)))
-	if v.Lines != 2 || v.Bytes != 14 || v.Tokens != want || len(v.Runs) != 3 || v.MBs <= 0 {
-		t.Errorf("bench result %+v, want 2 lines, 14 bytes, %d tokens, 3 runs", v, want)
 	}
 }
