@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/prep"
 )
 
@@ -80,14 +81,14 @@ func runCommit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	c.Out = pos[0]
 	t0 := time.Now()
-	prog := newProgress(stderr, quiet, progressEvery, "dataprep[commit]")
-	defer prog.stop()
+	prog := cli.NewPhases(stderr, quiet, progressEvery, "dataprep[commit]")
+	defer prog.Stop()
 	c.Progress = prog
 	res, err := prep.Commit(ctx, c)
 	if err != nil {
 		return err
 	}
-	prog.stop()
+	prog.Stop()
 	s := newSummary(c.Out, c.Workers, res, time.Since(t0).Seconds())
 	return printReport(jsonOut, quiet, &s, res.Manifest, stdout, stderr)
 }

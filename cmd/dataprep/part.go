@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/prep"
 )
 
@@ -25,7 +26,7 @@ type partSummary struct {
 
 // printPart prints a part's summary: JSON on stdout with --json, a line on
 // stderr unless --quiet.
-func printPart(f *prepFlags, pr *prep.PartResult, secs float64, prog *progress, stdout io.Writer) {
+func printPart(f *prepFlags, pr *prep.PartResult, secs float64, prog *cli.Phases, stdout io.Writer) {
 	m := pr.Manifest
 	s := partSummary{Part: m.Part, Parts: m.Parts, PartsLoc: pr.PartsLoc, File: m.File.Path, Records: m.Records,
 		RecordsSkipped: m.RecordsSkipped, Examples: m.Examples, Tokens: m.Tokens, InputBytes: m.InputBytes,

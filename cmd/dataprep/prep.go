@@ -233,8 +233,8 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		defer pprof.StopCPUProfile()
 	}
 	t0 := time.Now()
-	prog := newProgress(stderr, f.quiet, f.progressEvery, prefix)
-	defer prog.stop()
+	prog := cli.NewPhases(stderr, f.quiet, f.progressEvery, prefix)
+	defer prog.Stop()
 	f.cfg.LoadTokenizer = loadTokenizer
 	f.cfg.Progress = prog
 	if f.split {
@@ -242,7 +242,7 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		if err != nil {
 			return err
 		}
-		prog.stop()
+		prog.Stop()
 		printPart(f, pr, time.Since(t0).Seconds(), prog, stdout)
 		return nil
 	}
@@ -250,7 +250,7 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
-	prog.stop()
+	prog.Stop()
 	s := newSummary(f.cfg.Out, f.cfg.Workers, res, time.Since(t0).Seconds())
 	return printReport(f.jsonOut, f.quiet, &s, res.Manifest, stdout, stderr)
 }
