@@ -1,46 +1,88 @@
 #!/usr/bin/env bash
-# Prepares what bench/gpu/fsdp_bench.py needs on a GPU machine that has
-# PyTorch + transformers but no Go toolchain and no network:
+# Prepares, on the build machine (Go, zstd), what bench/gpu/run.sh needs on a
+# GPU machine that has PyTorch + transformers but no Go, no zstd and no network:
 #
-#   bench/gpu/prepare.sh [ALPACA_JSON [OUT_DIR [RECORDS]]]   # on the build machine, from the repo root
-#   → bench/work/gpu/  bin/dataprep.gz, bin/ckptmerge.gz (static linux binaries)
-#                      tok/qwen2.5/tokenizer.json.gz (+ tokenizer_config.json)
-#                      alpaca.json.gz   the Alpaca records (default: the bundled
-#                                       sample cycled to 52,002 records, the size
-#                                       of the real Stanford Alpaca)
+#   bench/gpu/prepare.sh [--out DIR] [--src DIR] [--records N]
 #
-# Then copy the repository with bench/work/gpu to the GPU machine and run
-#   python3 bench/gpu/fsdp_bench.py --prepared bench/work/gpu
-# (bench/work is git-ignored: carry it explicitly; everything is gzipped to
-# stay well under a 64 MiB transfer.)
+#   --out DIR      where to write (default bench/work/gpu, git-ignored: carry it)
+#   --src DIR      the source tree the binaries are built from (default: this
+#                  repository; a clean clone when the working tree is in flux)
+#   --records N    the first N records of the Alpaca sample (default: all 999)
+#
+# → DIR/bin/{dataprep,ckptmerge,ferry-serve}.gz   static linux/amd64 binaries
+#   DIR/tok/{qwen2.5,llama3.1}/tokenizer.json.gz + tokenizer_config.json
+#   DIR/alpaca.json.gz                             the bundled Alpaca sample
+#   DIR/prepared.json                              commit, Go version, sizes
+#
+# Everything is gzipped (about 21 MiB in all): the device machine takes the
+# working tree plus carried paths up to 64 MiB together.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=${2:-bench/work/gpu}
+repo=$PWD
+out=bench/work/gpu
+src=$repo
+records=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) out=$2; shift 2 ;;
+	--src) src=$2; shift 2 ;;
+	--records) records=$2; shift 2 ;;
+	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+	*) echo "prepare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+for t in go zstd gzip python3; do
+	command -v "$t" >/dev/null || { echo "prepare.sh: $t not found on PATH" >&2; exit 1; }
+done
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/tok/qwen2.5"
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/bin/" ./cmd/dataprep ./cmd/ckptmerge
-gzip -9 "$out/bin/dataprep" "$out/bin/ckptmerge"
-zstd -qdcf testdata/tokenizers/qwen2.5/tokenizer.json.zst | gzip -9 >"$out/tok/qwen2.5/tokenizer.json.gz"
-cp testdata/tokenizers/qwen2.5/tokenizer_config.json "$out/tok/qwen2.5/"
-src=${1:-}
-tmp=
-if [ -z "$src" ]; then
-	tmp=$(mktemp)
-	src=$tmp
-	zstd -qdcf testdata/alpaca/alpaca_en_demo.json.zst >"$src"
-fi
-python3 - "$src" "$out/alpaca.json.gz" "${3:-52002}" <<'PY'
+mkdir -p "$out/bin" "$out/tok"
+out=$(cd "$out" && pwd)
+
+(cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$out/bin/" \
+	./cmd/dataprep ./cmd/ckptmerge ./cmd/ferry-serve)
+for b in dataprep ckptmerge ferry-serve; do
+	gzip -6 "$out/bin/$b"
+done
+for t in qwen2.5 llama3.1; do
+	mkdir -p "$out/tok/$t"
+	zstd -qdcf "testdata/tokenizers/$t/tokenizer.json.zst" | gzip -6 >"$out/tok/$t/tokenizer.json.gz"
+	cp "testdata/tokenizers/$t/tokenizer_config.json" "$out/tok/$t/"
+done
+zstd -qdcf testdata/alpaca/alpaca_en_demo.json.zst | python3 -c '
 import gzip, json, sys
-src, dst, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
-with open(src, encoding="utf-8") as f:
-    text = f.read()
-recs = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
-n = max(len(recs), want) if want >= len(recs) else want
-out = [recs[i % len(recs)] for i in range(n)]
-with gzip.open(dst, "wt", encoding="utf-8", compresslevel=6) as f:
-    json.dump(out, f, ensure_ascii=False)
-print(f"{dst}: {n} records from {src}")
+recs = json.load(sys.stdin)
+n = int(sys.argv[2]) or len(recs)
+with gzip.open(sys.argv[1], "wt", encoding="utf-8", compresslevel=6) as f:
+    json.dump(recs[:n], f, ensure_ascii=False)
+print(f"{sys.argv[1]}: {min(n, len(recs))} of the {len(recs)} records of testdata/alpaca/alpaca_en_demo.json.zst")
+' "$out/alpaca.json.gz" "$records"
+
+commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null | head -c1 | wc -c)
+python3 - "$out" "$commit" "$dirty" "$(go version)" "$src" <<'PY'
+import datetime, json, os, sys
+out, commit, dirty, gov, src = sys.argv[1:]
+files = {os.path.relpath(os.path.join(d, f), out): os.path.getsize(os.path.join(d, f))
+         for d, _, fs in os.walk(out) for f in fs}
+info = {"commit": commit, "source_tree_modified": dirty != "0", "source": os.path.abspath(src), "go": gov,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "files": files, "bytes": sum(files.values())}
+with open(os.path.join(out, "prepared.json"), "w") as f:
+    json.dump(info, f, indent=1)
+print(f"{out}: {len(files)} files, {info['bytes'] / 2**20:.1f} MiB, binaries from {commit[:12]}"
+      f"{' (modified tree)' if info['source_tree_modified'] else ''}")
 PY
-[ -z "$tmp" ] || rm -f "$tmp"
-ls -la "$out" "$out/bin"
-du -sh "$out"
+
+# What a device call would send: the working tree (tracked files and
+# untracked files git does not ignore) plus this carried directory, against
+# the device tool's 64 MiB limit.
+tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } 2>/dev/null |
+	xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+carried=$(du -sb "$out" | cut -f1)
+python3 - "$tree" "$carried" <<'PY'
+import sys
+tree, carried = (int(x) for x in sys.argv[1:])
+total = (tree + carried) / 2**20
+print(f"device call: working tree {tree / 2**20:.1f} MiB + carried {carried / 2**20:.1f} MiB = {total:.1f} MiB "
+      f"(limit 64 MiB){'' if total <= 64 else ': TOO BIG, see bench/gpu/README.md (Running it)'}")
+PY
