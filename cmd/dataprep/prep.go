@@ -214,6 +214,10 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	}
 	defer func() {
 		if errors.Is(err, prep.ErrConfig) {
+			// A usage error found once the tokenizer is loaded (an unknown
+			// --eos, a --seq-len too small for the template): printed here,
+			// as parsePrepFlags prints its own.
+			fmt.Fprintf(stderr, "dataprep: %s\nrun dataprep --help for usage\n", strings.TrimPrefix(err.Error(), prep.ErrConfig.Error()+": "))
 			err = cli.Usage(err)
 		}
 		// A part's error says which part (launchers interleave the logs).
