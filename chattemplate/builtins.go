@@ -732,6 +732,8 @@ func (r *renderer) strMethod(s, name string, args []Value, kn []string, kv []Val
 			}
 		}
 		return cased, nil
+	case "format":
+		return pyStrFormat(s, args, kn, kv)
 	case "removeprefix", "removesuffix":
 		if len(args) != 1 {
 			return nil, typeErr("%s() takes exactly one argument", name)
@@ -941,4 +943,70 @@ func toFloatFilter(v Value, def Value) Value {
 		}
 	}
 	return def
+}
+
+// pyStrFormat is str.format for replacement fields without a conversion
+// or format spec ({}, {0}, {name}, {{ and }}); anything else is not
+// implemented.
+func pyStrFormat(f string, args []Value, kn []string, kv []Value) (Value, error) {
+	var b strings.Builder
+	auto, manual := 0, false
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		switch {
+		case c == '{' && i+1 < len(f) && f[i+1] == '{':
+			b.WriteByte('{')
+			i++
+		case c == '}' && i+1 < len(f) && f[i+1] == '}':
+			b.WriteByte('}')
+			i++
+		case c == '}':
+			return nil, typeErr("Single '}' encountered in format string")
+		case c == '{':
+			j := strings.IndexByte(f[i:], '}')
+			if j < 0 {
+				return nil, typeErr("Single '{' encountered in format string")
+			}
+			field := f[i+1 : i+j]
+			i += j
+			var v Value
+			switch {
+			case strings.ContainsAny(field, "!:[.{"):
+				return nil, unsupportedErr("str.format field {%s}", field)
+			case field == "":
+				if manual {
+					return nil, typeErr("cannot switch from manual field specification to automatic field numbering")
+				}
+				if auto >= len(args) {
+					return nil, typeErr("tuple index out of range")
+				}
+				v = args[auto]
+				auto++
+			case field[0] >= '0' && field[0] <= '9':
+				if auto > 0 {
+					return nil, typeErr("cannot switch from manual field specification to automatic field numbering")
+				}
+				manual = true
+				n, err := strconv.Atoi(field)
+				if err != nil || n >= len(args) {
+					return nil, typeErr("tuple index out of range")
+				}
+				v = args[n]
+			default:
+				k := slices.Index(kn, field)
+				if k < 0 {
+					return nil, &pyErr{ErrType, pyStrRepr(field)}
+				}
+				v = kv[k]
+			}
+			out, err := outputStr(v)
+			if err != nil {
+				return nil, err
+			}
+			b.WriteString(out)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
 }

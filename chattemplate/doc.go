@@ -87,8 +87,17 @@
 // Methods: str strip lstrip rstrip split rsplit splitlines startswith
 // endswith (str or tuple) replace upper lower title capitalize find rfind
 // index rindex count join is* removeprefix removesuffix partition
-// rpartition center ljust rjust zfill; dict items keys values get copy;
-// list index count copy.
+// rpartition center ljust rjust zfill format (plain {} {0} {name} fields);
+// dict items keys values get copy; list index count copy.
+//
+// # How it is checked
+//
+// The tests compare with transformers 5.24.0 (Jinja2 3.1.6), whose output
+// is stored in testdata/chattemplate (scripts/gen-chattemplate-goldens.py
+// regenerates it): the 12 tokenizer families' and TRL's 53 chat templates
+// over 194 conversations (12,610 renders: text, generation spans, and the
+// error message where transformers fails), 3,000 random templates and
+// expressions, and about 90 hand-written cases.
 //
 // # Known differences
 //
@@ -98,8 +107,13 @@
 // import, block, *args/**kwargs in calls, tuple subscripts, the filters
 // batch slice groupby truncate wordwrap wordcount striptags urlize urlencode
 // pprint xmlattr filesizeformat forceescape random, round with a precision,
-// str.format, casefold, the globals lipsum cycler joiner, printing a
-// generator (map/select/... without |list), integers beyond 64 bits.
+// str.format with a conversion or format spec, % formats other than
+// %s %r %d %i %f %.Nf, casefold, the globals lipsum cycler joiner,
+// loop.changed, printing a generator (map/select/... without |list) or a
+// method, integers beyond 64 bits, strftime directives other than
+// a A b B d e F H I j m M p S T y Y and the "-" flag.
+// Error messages are Python's where the tests compare them (every golden
+// and random case); syntax errors are worded differently.
 // Printing dict.items()/keys()/values() shows a list, not dict_items(...).
 // A macro called with more positional arguments than parameters puts them in
 // varargs even when the body does not use it (jinja2 raises). jinja2 checks

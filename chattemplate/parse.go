@@ -182,8 +182,9 @@ type parser struct {
 	toks []token
 	i    int
 	// Loop and macro nesting, for break/continue and caller checks.
-	loopDepth int
-	depth     int
+	loopDepth     int
+	depth         int
+	hasGeneration bool
 }
 
 // maxParseDepth bounds the nesting of blocks and expressions.
@@ -273,7 +274,7 @@ func Parse(name, src string) (*Template, error) {
 	if end != "" {
 		return nil, p.failf(p.cur().line, "unexpected '%s'", end)
 	}
-	t := &Template{name: name, body: body}
+	t := &Template{name: name, body: body, hasGeneration: p.hasGeneration}
 	(&analyzer{}).run(t)
 	return t, nil
 }
@@ -367,6 +368,7 @@ func (p *parser) parseStatement() (node, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.hasGeneration = true
 		return &generationNode{pos: pos{line}, body: body}, p.expectBlockEnd()
 	case "break", "continue":
 		if p.loopDepth == 0 {

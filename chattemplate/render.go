@@ -14,10 +14,17 @@ type Template struct {
 	name  string
 	body  []node
 	undef []string // names the template frame starts as undefined (scope.go)
+	// hasGeneration: a {% generation %} block anywhere.
+	hasGeneration bool
 }
 
 // Name returns the name given to Parse.
 func (t *Template) Name() string { return t.name }
+
+// HasGeneration reports whether the template has a {% generation %}
+// block; without one, Result.Generation is always empty (a mask built from
+// it would train on nothing).
+func (t *Template) HasGeneration() bool { return t.hasGeneration }
 
 // Default limits; see Options.
 const (

@@ -61,7 +61,7 @@ func TestSemantics(t *testing.T) {
 			t.Errorf("case %d %q: error %q, want %q", i, src, e.Msg, msg)
 		}
 		kinds := map[string]error{"TemplateError": ErrRaised, "UndefinedError": ErrUndefined, "SecurityError": ErrSecurity,
-			"TypeError": ErrType, "ZeroDivisionError": ErrType, "TemplateSyntaxError": ErrSyntax}
+			"TypeError": ErrType, "ZeroDivisionError": ErrType, "ValueError": ErrType, "IndexError": ErrType, "TemplateSyntaxError": ErrSyntax}
 		if k := kinds[typ]; k == nil || !errors.Is(err, k) {
 			t.Errorf("case %d %q: error %v is not the kind of %s", i, src, err, typ)
 		}
