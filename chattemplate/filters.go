@@ -864,9 +864,8 @@ var jinjaTests = map[string]bool{
 }
 
 var (
-	longDays    = []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
-	longMonths  = []string{"January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"}
-	errStrftime = "strftime directive"
+	longDays   = []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
+	longMonths = []string{"January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"}
 )
 
 // strftime is Python's time.strftime in the C locale, for the directives
@@ -944,7 +943,7 @@ func strftime(t time.Time, f string) (string, error) {
 		case '%':
 			b.WriteByte('%')
 		default:
-			return "", unsupportedErr("the %s %%%c", errStrftime, f[i])
+			return "", unsupportedErr("the strftime directive %%%c", f[i])
 		}
 	}
 	return b.String(), nil

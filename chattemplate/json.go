@@ -311,6 +311,39 @@ func pyJSONDumps(v Value, o jsonOpts) (string, error) {
 
 func writeJSONString(b *strings.Builder, s string, ascii bool) {
 	b.WriteByte('"')
+	if !ascii {
+		// Fast path: copy runs that need no escape.
+		start := 0
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if c >= 0x20 && c != '"' && c != '\\' {
+				continue
+			}
+			b.WriteString(s[start:i])
+			switch c {
+			case '"':
+				b.WriteString(`\"`)
+			case '\\':
+				b.WriteString(`\\`)
+			case '\n':
+				b.WriteString(`\n`)
+			case '\r':
+				b.WriteString(`\r`)
+			case '\t':
+				b.WriteString(`\t`)
+			case '\b':
+				b.WriteString(`\b`)
+			case '\f':
+				b.WriteString(`\f`)
+			default:
+				fmt.Fprintf(b, `\u%04x`, c)
+			}
+			start = i + 1
+		}
+		b.WriteString(s[start:])
+		b.WriteByte('"')
+		return
+	}
 	for _, r := range s {
 		switch r {
 		case '"':

@@ -301,7 +301,7 @@ func (p *parser) parseBody(ends []string) ([]node, string, error) {
 			body = append(body, &textNode{s: t.val})
 		case tVarBegin:
 			p.i++
-			x, err := p.parseTuple(false)
+			x, err := p.parseTuple()
 			if err != nil {
 				return nil, "", err
 			}
@@ -517,7 +517,7 @@ func (p *parser) parseSet(line int) (node, error) {
 	}
 	if p.isOp("=") {
 		p.i++
-		x, err := p.parseTuple(false)
+		x, err := p.parseTuple()
 		if err != nil {
 			return nil, err
 		}
@@ -688,9 +688,7 @@ func (p *parser) enter() error {
 }
 
 // parseTuple parses an expression or a bare tuple "a, b".
-func (p *parser) parseTuple(simplified bool) (expr, error) {
-	return p.parseTupleX(true)
-}
+func (p *parser) parseTuple() (expr, error) { return p.parseTupleX(true) }
 
 func (p *parser) parseTupleNoCond() (expr, error) { return p.parseTupleX(false) }
 
@@ -988,7 +986,7 @@ func (p *parser) parsePrimary() (expr, error) {
 				p.i++
 				return &listExpr{pos{line}, nil, true}, nil
 			}
-			x, err := p.parseTuple(false)
+			x, err := p.parseTuple()
 			if err != nil {
 				return nil, err
 			}

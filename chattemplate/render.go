@@ -81,8 +81,10 @@ type renderer struct {
 	rootRunes, rootCounted int
 }
 
+// scope is one frame's variables: few, so a slice beats a map.
 type scope struct {
-	vars   map[string]Value
+	names  []string
+	vals   []Value
 	parent *scope
 }
 
@@ -99,10 +101,23 @@ func frameScope(parent *scope, undef []string) *scope {
 }
 
 func (s *scope) set(name string, v Value) {
-	if s.vars == nil {
-		s.vars = make(map[string]Value, 4)
+	for i, n := range s.names {
+		if n == name {
+			s.vals[i] = v
+			return
+		}
 	}
-	s.vars[name] = v
+	s.names = append(s.names, name)
+	s.vals = append(s.vals, v)
+}
+
+func (s *scope) get(name string) (Value, bool) {
+	for i, n := range s.names {
+		if n == name {
+			return s.vals[i], true
+		}
+	}
+	return nil, false
 }
 
 // Render renders the template with vars as its context (for a chat:
@@ -368,7 +383,7 @@ func (r *renderer) assign(tg assignTarget, v Value, sc *scope) error {
 // builtin globals.
 func (r *renderer) lookup(name string, sc *scope) (Value, bool) {
 	for s := sc; s != nil; s = s.parent {
-		if v, ok := s.vars[name]; ok {
+		if v, ok := s.get(name); ok {
 			return v, true
 		}
 	}

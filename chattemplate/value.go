@@ -73,13 +73,32 @@ func keyOf(k Value) (dictKey, bool) {
 }
 
 // NewDict returns an empty dict.
-func NewDict() *Dict { return &Dict{idx: map[dictKey]int{}} }
+func NewDict() *Dict { return &Dict{} }
+
+// dictIndexAt is the size from which a Dict keeps a map index; smaller
+// dicts (most messages) are searched linearly.
+const dictIndexAt = 12
 
 // Len returns the number of keys.
 func (d *Dict) Len() int { return len(d.keys) }
 
 // Keys returns the keys in insertion order; the slice must not be modified.
 func (d *Dict) Keys() []Value { return d.keys }
+
+func (d *Dict) find(dk dictKey) int {
+	if d.idx != nil {
+		if i, ok := d.idx[dk]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, k := range d.keys {
+		if kk, _ := keyOf(k); kk == dk {
+			return i
+		}
+	}
+	return -1
+}
 
 // Set sets key k to v; a new key goes last, an existing one keeps its place.
 // It panics if k is not a string, int, float, bool or nil.
@@ -88,13 +107,26 @@ func (d *Dict) Set(k, v Value) {
 	if !ok {
 		panic(fmt.Sprintf("chattemplate: unhashable dict key %T", k))
 	}
-	if i, ok := d.idx[dk]; ok {
+	if i := d.find(dk); i >= 0 {
 		d.vals[i] = v
 		return
 	}
-	d.idx[dk] = len(d.keys)
 	d.keys = append(d.keys, k)
 	d.vals = append(d.vals, v)
+	switch {
+	case d.idx != nil:
+		d.idx[dk] = len(d.keys) - 1
+	case len(d.keys) >= dictIndexAt:
+		d.reindex()
+	}
+}
+
+func (d *Dict) reindex() {
+	d.idx = make(map[dictKey]int, len(d.keys))
+	for i, k := range d.keys {
+		kk, _ := keyOf(k)
+		d.idx[kk] = i
+	}
 }
 
 // Get returns the value of key k.
@@ -103,11 +135,10 @@ func (d *Dict) Get(k Value) (Value, bool) {
 	if !ok {
 		return nil, false
 	}
-	i, ok := d.idx[dk]
-	if !ok {
-		return nil, false
+	if i := d.find(dk); i >= 0 {
+		return d.vals[i], true
 	}
-	return d.vals[i], true
+	return nil, false
 }
 
 // Delete removes key k, keeping the order of the others.
@@ -116,24 +147,22 @@ func (d *Dict) Delete(k Value) {
 	if !ok {
 		return
 	}
-	i, ok := d.idx[dk]
-	if !ok {
+	i := d.find(dk)
+	if i < 0 {
 		return
 	}
 	d.keys = append(d.keys[:i], d.keys[i+1:]...)
 	d.vals = append(d.vals[:i], d.vals[i+1:]...)
-	delete(d.idx, dk)
-	for j := i; j < len(d.keys); j++ {
-		kk, _ := keyOf(d.keys[j])
-		d.idx[kk] = j
+	if d.idx != nil {
+		d.reindex()
 	}
 }
 
 // Copy returns a shallow copy of d.
 func (d *Dict) Copy() *Dict {
-	c := &Dict{keys: append([]Value(nil), d.keys...), vals: append([]Value(nil), d.vals...), idx: make(map[dictKey]int, len(d.keys))}
-	for k, v := range d.idx {
-		c.idx[k] = v
+	c := &Dict{keys: append([]Value(nil), d.keys...), vals: append([]Value(nil), d.vals...)}
+	if d.idx != nil {
+		c.reindex()
 	}
 	return c
 }
@@ -432,6 +461,3 @@ func isSpace(r rune) bool {
 	}
 	return r >= 0x2000 && r <= 0x200a
 }
-
-// runeCount reports the number of code points in s (Python's len).
-func runeCount(s string) int { return utf8.RuneCountInString(s) }
