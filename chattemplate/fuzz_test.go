@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,40 @@ func TestGenerationSpansQwen25(t *testing.T) {
 	}
 	if !strings.HasSuffix(res.Text[:res.Generation[1].Start], "<|im_start|>assistant") {
 		t.Errorf("span does not start after the role header")
+	}
+}
+
+// TestConcurrentApply renders one template and one input from many
+// goroutines (run with -race): a Template and the values given to it are
+// only read.
+func TestConcurrentApply(t *testing.T) {
+	lt := loadTemplate("family/gpt-oss")
+	if lt.err != nil {
+		t.Fatal(lt.err)
+	}
+	corpus := loadCorpus(t)
+	opts := &Options{Now: func() time.Time { return pinnedNow }}
+	want := make([]string, len(corpus))
+	for i, c := range corpus {
+		res, _ := lt.t.Apply(c.Chat, lt.special, opts)
+		want[i] = res.Text
+	}
+	done := make(chan error)
+	for g := 0; g < 4; g++ {
+		go func() {
+			for i, c := range corpus {
+				res, _ := lt.t.Apply(c.Chat, lt.special, opts)
+				if res.Text != want[i] {
+					done <- fmt.Errorf("case %s differs between goroutines", c.ID)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
