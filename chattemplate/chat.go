@@ -194,7 +194,8 @@ var specialTokenNames = []string{"bos_token", "eos_token", "unk_token", "sep_tok
 // {"name", "template"}), then chat_template.json. name selects a named
 // template; "" means "default" (or the only one). The special tokens are
 // the tokenizer_config.json entries that are strings or AddedToken
-// objects ({"content": ...}).
+// objects ({"content": ...}). transformers picks "tool_use", when there
+// is one, for a call with tools: pass that name then.
 func FromTokenizerDir(dir, name string) (*Template, map[string]string, error) {
 	special := map[string]string{}
 	templates := map[string]string{}

@@ -209,8 +209,15 @@ func TestGoldens(t *testing.T) {
 		}
 		tl.same++
 	}
+	// Every family and TRL template, every conversation.
+	if len(order) != 12+53 {
+		t.Errorf("goldens cover %d templates, want 65 (12 families, 53 TRL)", len(order))
+	}
 	total, same := 0, 0
 	for _, name := range order {
+		if per[name].pairs != len(corpus) {
+			t.Errorf("%s: %d goldens, want one per conversation (%d)", name, per[name].pairs, len(corpus))
+		}
 		tl := per[name]
 		total += tl.pairs
 		same += tl.same
