@@ -205,23 +205,7 @@ func FromTokenizerDir(dir, name string) (*Template, map[string]string, error) {
 		if err := json.Unmarshal(b, &cfg); err != nil {
 			return nil, nil, fmt.Errorf("chattemplate: %s: %w", cfgPath, err)
 		}
-		for _, k := range specialTokenNames {
-			raw, ok := cfg[k]
-			if !ok || string(raw) == "null" {
-				continue
-			}
-			var s string
-			if json.Unmarshal(raw, &s) == nil {
-				special[k] = s
-				continue
-			}
-			var at struct {
-				Content *string `json:"content"`
-			}
-			if json.Unmarshal(raw, &at) == nil && at.Content != nil {
-				special[k] = *at.Content
-			}
-		}
+		special = specialTokensOf(cfg)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,6 +120,9 @@ func TestFromTokenizerDir(t *testing.T) {
 	}
 	if _, ok := sp["unk_token"]; ok {
 		t.Errorf("null unk_token loaded: %v", sp)
+	}
+	if sp2, err := SpecialTokens(dir); err != nil || fmt.Sprint(sp2) != fmt.Sprint(sp) {
+		t.Errorf("SpecialTokens = %v, %v; want %v", sp2, err, sp)
 	}
 	tmpl, sp, err = FromTokenizerDir(dir, "tool_use")
 	if err != nil || render(tmpl, sp) != "T</s>" {

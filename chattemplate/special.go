@@ -13,11 +13,10 @@ import (
 // the tokenizer_config.json entries that are strings or AddedToken objects
 // ({"content": ...}). A directory without tokenizer_config.json has none.
 func SpecialTokens(dir string) (map[string]string, error) {
-	special := map[string]string{}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
 	b, err := readLimited(cfgPath)
 	if errors.Is(err, os.ErrNotExist) {
-		return special, nil
+		return map[string]string{}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -26,6 +25,12 @@ func SpecialTokens(dir string) (map[string]string, error) {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return nil, fmt.Errorf("chattemplate: %s: %w", cfgPath, err)
 	}
+	return specialTokensOf(cfg), nil
+}
+
+// specialTokensOf reads the special tokens of a parsed tokenizer_config.json.
+func specialTokensOf(cfg map[string]json.RawMessage) map[string]string {
+	special := map[string]string{}
 	for _, k := range specialTokenNames {
 		raw, ok := cfg[k]
 		if !ok || string(raw) == "null" {
@@ -43,5 +48,5 @@ func SpecialTokens(dir string) (map[string]string, error) {
 			special[k] = *at.Content
 		}
 	}
-	return special, nil
+	return special
 }
