@@ -35,7 +35,6 @@ import ast
 import contextlib
 import datetime
 import gc
-import gzip
 import importlib.metadata
 import importlib.util
 import json
@@ -238,7 +237,8 @@ def versions(ctx):
     v["ferry_from"] = os.path.dirname(ferry.__file__)
     for b in ("dataprep", "ckptmerge", "ferry-serve"):
         r = subprocess.run([os.path.join(ctx.bin, b), "--version"], capture_output=True, text=True, timeout=20)
-        v[b] = (r.stdout + r.stderr).strip().splitlines()[0] if (r.stdout + r.stderr).strip() else f"exit {r.returncode}"
+        text = (r.stdout + r.stderr).strip()
+        v[b] = text.splitlines()[0] if text else f"exit {r.returncode}"
     with contextlib.suppress(OSError, ValueError):
         with open(os.path.join(ctx.prepared, "prepared.json")) as f:
             p = json.load(f)
@@ -418,8 +418,11 @@ def packed_vs_alone(ctx, model, data, cm=contextlib.nullcontext, overrides=None)
         for (shard, row, rows), batch in zip(ld.schedule()[:s["pack_batches"]], ld):
             b = fold(ferry.to_device(batch, ctx.device))
             b.update(overrides or {})
-            with cm():
-                packed = model(**b).logits.float()
+            try:
+                with cm():
+                    packed = model(**b).logits.float()
+            except RuntimeError as e:  # e.g. sdpa's flash kernel: "No available kernel"
+                raise KernelRefused(f"{type(e).__name__}: {str(e).strip()[:300]}") from e
             sf = ld.shards.shard(shard)
             segs = []
             for r in range(rows):
@@ -440,6 +443,11 @@ def packed_vs_alone(ctx, model, data, cm=contextlib.nullcontext, overrides=None)
     ld.close()
     return {"max_abs_diff": worst, "max_abs_logit": scale, "documents": docs, "rows_with_several": several,
             "tolerance": TOL_ABS + TOL_REL * scale, "alone": alone_note or "under the same kernel"}
+
+
+class KernelRefused(Exception):
+    """The forced kernel raised on the packed batch (it cannot take what
+    transformers passes it): nothing ran, so nothing leaked."""
 
 
 @contextlib.contextmanager
@@ -467,7 +475,6 @@ def part_packing(ctx):
     import warnings
 
     import ferry
-    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
     avail = attention_availability()
@@ -475,7 +482,8 @@ def part_packing(ctx):
                                           "rule": "max |packed - alone| <= abs + rel * max |logit|, bf16"},
                     available=avail, results=[],
                     stub=("CPU: sdpa's math backend stands in for the flash, memory-efficient and cuDNN "
-                          "backends, torch's unfused flex_attention (and an uncompiled BlockMask) for the compiled kernel") if ctx.smoke else None)
+                          "backends, torch's unfused flex_attention (and an uncompiled BlockMask) for the "
+                          "compiled kernel") if ctx.smoke else None)
     log(f"attention paths: {avail}")
     data = {"qwen2": dataset_dir(ctx, "pack-qwen2-256"), "llama": dataset_dir(ctx, "pack-llama-256")}
     math = SDPBackend.MATH
@@ -509,27 +517,39 @@ def part_packing(ctx):
                 row.update(packed_vs_alone(ctx, model, data[arch], cm))
                 ok = row["max_abs_diff"] <= row["tolerance"] and row["rows_with_several"] >= 1
                 row["outcome"] = "equal" if ok else "LEAK"
-            except Exception as e:  # a forced kernel that cannot take the per-document mask
+            except KernelRefused as e:  # a forced kernel that cannot take the per-document mask
                 row["outcome"] = "refused"
-                row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+                row["error"] = str(e).splitlines()[0] if str(e) else "refused"
                 ok = not must
+            except Exception as e:
+                row["outcome"] = "error"
+                row["error"] = f"{type(e).__name__}: {e}"[:400]
+                row["traceback"] = traceback.format_exc()[-3000:]
+                ok = False
             row["seconds"] = round(time.perf_counter() - t, 2)
             sec["results"].append(row)
             name = f"isolation {arch} {impl} {variant}"
-            detail = (f"{row.get('documents')} documents, max |packed - alone| {row['max_abs_diff']:.3g} "
-                      f"<= {row['tolerance']:.3g}" if row["outcome"] != "refused" else
-                      f"refused the packed batch ({row['error']}): nothing can leak; "
-                      + ("not allowed here" if must else "transformers' sdpa passes a mask this kernel does not take"))
+            if row["outcome"] in ("equal", "LEAK"):
+                detail = (f"{row['documents']} documents, max |packed - alone| {row['max_abs_diff']:.3g} "
+                          f"{'<=' if ok else '>'} {row['tolerance']:.3g}")
+            elif row["outcome"] == "refused":
+                detail = (f"refused the packed batch ({row['error']}): nothing ran, nothing leaked; "
+                          + ("but this path must run" if must else
+                             "transformers' sdpa passes a per-document mask this kernel does not take"))
+            else:
+                detail = row["error"]
             ctx.check(name, ok, detail=detail, outcome=row["outcome"])
     # Leak control: with a cache (config.use_cache's default) transformers
     # builds no per-document mask: the check must see that as a leak.
     for arch in ("qwen2", "llama"):
         model = model_for(arch, "sdpa")
         r = packed_vs_alone(ctx, model, data[arch], overrides={"use_cache": True})  # sdpa's own dispatch
-        r.update(arch=arch, attn="sdpa", variant="leak control: use_cache=True", outcome="leak seen")
+        seen = r["max_abs_diff"] > r["tolerance"]
+        r.update(arch=arch, attn="sdpa", variant="leak control: use_cache=True",
+                 outcome="leak seen" if seen else "LEAK NOT SEEN")
         sec["results"].append(r)
         ctx.check(f"leak control {arch}: documents that see each other exceed the tolerance",
-                  r["max_abs_diff"] > r["tolerance"], detail=f"max |packed - alone| {r['max_abs_diff']:.3g} "
+                  seen, detail=f"max |packed - alone| {r['max_abs_diff']:.3g} "
                   f"> {r['tolerance']:.3g}")
     for fa in sec.get("absent", []):
         ctx.check(f"isolation {fa}", None, detail="not installed in this image" if not ctx.smoke else "not on CPU")
@@ -659,6 +679,7 @@ def run_path(ctx, name, setup):
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=s["lr"])
     res = {"path": name, "setup_data_s": round(t_data, 3), **info, "steps": []}
+    ctx.sec["paths"][name] = res  # flushed as it goes: a part killed mid-path keeps its steps
     for step in range(1, s["steps"] + 1):
         ts = time.perf_counter()
         batch, where = next_batch()
@@ -674,9 +695,12 @@ def run_path(ctx, name, setup):
         te = time.perf_counter()
         res["steps"].append({"step_s": te - ts, "data_s": td, "loss": loss, "real_tokens": real(batch, where),
                              "positions": int(batch["input_ids"].numel())})
+        if step % 10 == 0:
+            ctx.flush()
         if step == 1:
             res["first_step_s"] = round(te - t0, 3)
             res["first_loss"] = loss
+            ctx.flush()
             log(f"{name}: first step {res['first_step_s']:.2f}s after the start (data set-up {t_data:.2f}s), "
                 f"loss {loss:.4f}")
     steady = res["steps"][s["warmup"]:]
@@ -726,7 +750,6 @@ def warm_up(ctx):
 
 def part_train(ctx):
     import ferry
-    import torch
     s = ctx.size
     sec = ctx.begin("train", model={k: v for k, v in s["model"].items()}, dtype="bfloat16", attn="sdpa",
                     seq_len=s["seq_len"], batch=s["batch"], steps=s["steps"], warmup_steps=s["warmup"], lr=s["lr"],
@@ -941,7 +964,8 @@ def load_pretrained_check(ctx, model_dir, reference):
     name = "ferry.load_pretrained: bit-identical to from_pretrained"
     if fn is None:
         ctx.results.put("load_pretrained", {"status": "not available", "checks": [
-            {"name": name, "pass": None, "detail": f"ferry {getattr(ferry, '__version__', '?')} has no load_pretrained"}]})
+            {"name": name, "pass": None,
+             "detail": f"ferry {getattr(ferry, '__version__', '?')} has no load_pretrained"}]})
         log(f"check {name}: not available (ferry has no load_pretrained)")
         return
     sec = {"status": "running", "checks": []}
@@ -970,12 +994,12 @@ EXPECTED = ["prep", "packing", "train", "checkpoint"]
 
 def part_mark(ctx):
     a = ctx.a
-    sec = ctx.results.get(a.part) or {"checks": []}
+    sec = ctx.results.get(a.name) or {"checks": []}
     if a.if_running and sec.get("status") not in (None, "running"):
         return
     sec["status"] = a.status
     sec["note"] = a.note
-    ctx.results.put(a.part, sec)
+    ctx.results.put(a.name, sec)
 
 
 def fmt(x, unit="", nd=2):
@@ -1003,7 +1027,7 @@ def part_summary(ctx):
     L = [f"# ferry on {gpu}: {'PASS' if r['ok'] else 'FAIL'}", "",
          f"{r['date']}, {r['mode']}, {r['elapsed_s']} s of a {r['budget_s']} s budget; {m.get('cpus')} CPUs "
          f"({m.get('cpu')}); torch {v.get('torch')}, transformers {v.get('transformers')}, "
-         f"ferry {v.get('ferry')} ({(v.get('prepared') or {}).get('commit', '?')[:12]})", "",
+         f"ferry {v.get('ferry')} ({str((v.get('prepared') or {}).get('commit'))[:12]})", "",
          f"{r['passed']} of {r['checks']} checks passed, {r['not_available']} not available"
          + (f"; FAILED: {'; '.join(failed)}" if failed else "")
          + (f"; unfinished: {'; '.join(unfinished)}" if unfinished else ""), ""]
@@ -1013,11 +1037,15 @@ def part_summary(ctx):
         L += [f"## Training: {shape}, random init, bf16, sdpa, {tr.get('batch')} x {tr.get('seq_len')}, "
               f"{tr.get('steps')} steps (steady = after {tr.get('warmup_steps')})", "",
               "| data path | dataprep s (once, before) | first step s | steady ms/step | real tokens/s | vs seed "
-              "| data share | padding | peak GPU GiB | last loss |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| data share | padding | peak GPU GiB | last loss |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         dp = prep.get("dataprep") or {}
         for n, p in tr["paths"].items():
             if "error" in p:
                 L.append(f"| {n} | | error: {p['error'][:80]} | | | | | | | |")
+                continue
+            if "steady_step_s_median" not in p:
+                L.append(f"| {n} | | unfinished after {len(p.get('steps', []))} steps | | | | | | | |")
                 continue
             d = {"ferry pad": dp.get("pad-copy"), "ferry pack": dp.get("pack")}.get(n) or {}
             L.append(f"| {n} | {fmt(d.get('seconds'))} | {fmt(p.get('first_step_s'))} | "
@@ -1034,7 +1062,8 @@ def part_summary(ctx):
     if pk.get("results"):
         L += ["## Packing isolation (bf16; tolerance: |packed - alone| <= "
               f"{TOL_ABS} + {TOL_REL} x max |logit|)", "",
-              "| model | attention | variant | documents | max abs diff | tolerance | outcome |", "|---|---|---|---:|---:|---:|---|"]
+              "| model | attention | variant | documents | max abs diff | tolerance | outcome |",
+              "|---|---|---|---:|---:|---:|---|"]
         for x in pk["results"]:
             L.append(f"| {x['arch']} | {x['attn']} | {x['variant']} | {x.get('documents', '—')} | "
                      f"{fmt(x.get('max_abs_diff'), nd=4)} | {fmt(x.get('tolerance'), nd=4)} | {x['outcome']}"
@@ -1044,10 +1073,11 @@ def part_summary(ctx):
         L.append("")
     ck = parts.get("checkpoint", {})
     save = tr.get("checkpoint_save") or {}
-    if ck or save:
+    if save or ck.get("ckptmerge"):
         L += ["## Checkpoint", "",
               f"DCP save {fmt(save.get('seconds'), ' s')} ({(save.get('bytes') or 0) / 2**20:.0f} MiB), ckptmerge "
-              f"{fmt((ck.get('ckptmerge') or {}).get('seconds'), ' s')}, from_pretrained {fmt(ck.get('from_pretrained_s'), ' s')}; "
+              f"{fmt((ck.get('ckptmerge') or {}).get('seconds'), ' s')}, "
+              f"from_pretrained {fmt(ck.get('from_pretrained_s'), ' s')}; "
               f"logits identical: {(ck.get('logits') or {}).get('identical')}", ""]
     lp = parts.get("load_pretrained", {})
     L += [f"load_pretrained: {lp.get('status', 'not run')}", "", "## Checks", ""]
@@ -1077,7 +1107,7 @@ def main():
     ap.add_argument("--prepared", required=True)
     ap.add_argument("--repo", required=True)
     ap.add_argument("--cpu-smoke", action="store_true")
-    ap.add_argument("--part", help="mark: the part")
+    ap.add_argument("--name", help="mark: the part to mark")
     ap.add_argument("--status", help="mark: its status")
     ap.add_argument("--note", default=None)
     ap.add_argument("--if-running", action="store_true", help="mark: only when the part did not finish its section")

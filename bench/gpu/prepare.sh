@@ -14,7 +14,7 @@
 #   DIR/alpaca.json.gz                             the bundled Alpaca sample
 #   DIR/prepared.json                              commit, Go version, sizes
 #
-# Everything is gzipped (about 21 MiB in all): the device machine takes the
+# Everything is gzipped (about 24 MiB in all): the device machine takes the
 # working tree plus carried paths up to 64 MiB together.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
 	--out) out=$2; shift 2 ;;
 	--src) src=$2; shift 2 ;;
 	--records) records=$2; shift 2 ;;
-	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) echo "prepare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done

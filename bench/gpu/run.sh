@@ -101,7 +101,7 @@ part() {
 	[ $cap -le $left ] || cap=$left
 	if [ $cap -lt 15 ]; then
 		say "$name: skipped, ${left}s of the ${budget}s budget left"
-		"$py" "$here/check.py" mark --part "$name" --status skipped \
+		"$py" "$here/check.py" mark --name "$name" --status skipped \
 			--note "skipped: ${left}s of the ${budget}s budget left" "${common[@]}" >>"$log" 2>&1
 		return
 	fi
@@ -111,11 +111,11 @@ part() {
 	local rc=${PIPESTATUS[0]}
 	if [ $rc = 124 ] || [ $rc = 137 ]; then
 		say "$name: timed out after ${cap}s"
-		"$py" "$here/check.py" mark --part "$name" --status "timed out" \
+		"$py" "$here/check.py" mark --name "$name" --status "timed out" \
 			--note "killed after its ${cap}s cap; what it wrote before stands" "${common[@]}" >>"$log" 2>&1
 	else
 		say "$name: exit $rc after $((SECONDS - s))s"
-		[ $rc = 0 ] || "$py" "$here/check.py" mark --part "$name" --status failed --if-running \
+		[ $rc = 0 ] || "$py" "$here/check.py" mark --name "$name" --status failed --if-running \
 			--note "exit status $rc" "${common[@]}" >>"$log" 2>&1
 	fi
 }
