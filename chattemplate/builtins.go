@@ -488,15 +488,15 @@ func (r *renderer) callMethod(m *boundMethod, args []Value, kn []string, kv []Va
 		}
 		switch m.name {
 		case "items":
-			l := &List{Items: make([]Value, 0, recv.Len())}
+			l := &List{Items: make([]Value, 0, recv.Len()), view: "dict_items"}
 			for i, k := range recv.keys {
 				l.Items = append(l.Items, &List{Items: []Value{k, recv.vals[i]}, Tuple: true})
 			}
 			return l, nil
 		case "keys":
-			return &List{Items: append([]Value(nil), recv.keys...)}, nil
+			return &List{Items: append([]Value(nil), recv.keys...), view: "dict_keys"}, nil
 		case "values":
-			return &List{Items: append([]Value(nil), recv.vals...)}, nil
+			return &List{Items: append([]Value(nil), recv.vals...), view: "dict_values"}, nil
 		case "copy":
 			return recv.Copy(), nil
 		case "get":

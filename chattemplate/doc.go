@@ -114,7 +114,6 @@
 // a A b B d e F H I j m M p S T y Y and the "-" flag.
 // Error messages are Python's where the tests compare them (every golden
 // and random case); syntax errors are worded differently.
-// Printing dict.items()/keys()/values() shows a list, not dict_items(...).
 // A macro called with more positional arguments than parameters puts them in
 // varargs even when the body does not use it (jinja2 raises). jinja2 checks
 // filter and test names when compiling; this package when the filter runs.

@@ -300,7 +300,10 @@ func (r *renderer) binop(op string, l, rv Value) (Value, error) {
 			}
 			return nil, typeErr("can only concatenate str (not \"%s\") to str", pyTypeName(rv))
 		case *List:
-			if b, ok := rv.(*List); ok && b.Tuple == a.Tuple && !a.lazy && !b.lazy {
+			if a.view != "" {
+				break
+			}
+			if b, ok := rv.(*List); ok && b.Tuple == a.Tuple && !a.lazy && !b.lazy && b.view == "" {
 				if err := r.checkLen(16 * (len(a.Items) + len(b.Items))); err != nil {
 					return nil, err
 				}
@@ -522,6 +525,18 @@ func pyEqual(a, b Value) bool {
 		return ok && a == bs
 	case *List:
 		bl, ok := b.(*List)
+		if ok && (a.view != "" || bl.view != "") {
+			// Views: keys and items compare as sets, values by identity.
+			if a.view != bl.view || a.view == "dict_values" || len(a.Items) != len(bl.Items) {
+				return a == bl
+			}
+			for _, x := range a.Items {
+				if ok, _ := pyIn(x, &List{Items: bl.Items}); !ok {
+					return false
+				}
+			}
+			return true
+		}
 		if !ok || bl.Tuple != a.Tuple || len(a.Items) != len(bl.Items) {
 			return a == bl
 		}
@@ -728,8 +743,8 @@ func getItem(obj, key Value) (Value, error) {
 			}
 		}
 	case *List, string, markup:
-		if o, ok := o.(*List); ok && o.lazy {
-			break
+		if o, ok := o.(*List); ok && (o.lazy || o.view != "") {
+			break // not subscriptable: jinja2's getitem gives undefined
 		}
 		var idx int64
 		isInt := false
@@ -819,6 +834,9 @@ func (r *renderer) evalSlice(x *sliceExpr, sc *scope) (Value, error) {
 	case *List:
 		if o.lazy {
 			return nil, typeErr("'generator' object is not subscriptable")
+		}
+		if o.view != "" {
+			return nil, typeErr("'%s' object is not subscriptable", o.view)
 		}
 		n = len(o.Items)
 	case string, markup:

@@ -780,7 +780,7 @@ func (r *renderer) applyTest(name string, v Value, args []Value) (bool, error) {
 		case string, markup, *Dict:
 			return true, nil
 		case *List:
-			return !x.lazy, nil
+			return !x.lazy && x.view == "", nil
 		}
 		return false, nil
 	case "iterable":

@@ -438,6 +438,9 @@ func writeJSON(b *strings.Builder, v Value, o *jsonOpts, depth int) error {
 	case string:
 		writeJSONString(b, v, o.ensureASCII)
 	case *List:
+		if v.view != "" || v.lazy {
+			return fmt.Errorf("Object of type %s is not JSON serializable", pyTypeName(v))
+		}
 		if len(v.Items) == 0 {
 			b.WriteString("[]")
 			return nil

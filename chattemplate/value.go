@@ -28,7 +28,8 @@ type Value = any
 type List struct {
 	Items []Value
 	Tuple bool
-	lazy  bool // a generator (map, select, ...): always true, not printable
+	lazy  bool   // a generator (map, select, ...): always true, not printable
+	view  string // "dict_items", "dict_keys" or "dict_values": a dict view
 }
 
 // NewList returns a list holding items.
@@ -192,6 +193,9 @@ func pyTypeName(v Value) string {
 	case string:
 		return "str"
 	case *List:
+		if v.view != "" {
+			return v.view
+		}
 		if v.Tuple {
 			return "tuple"
 		}
@@ -374,6 +378,9 @@ func writeRepr(b *strings.Builder, v Value, depth int) error {
 		open, close := "[", "]"
 		if v.Tuple {
 			open, close = "(", ")"
+		}
+		if v.view != "" {
+			open, close = v.view+"([", "])"
 		}
 		b.WriteString(open)
 		for i, it := range v.Items {
