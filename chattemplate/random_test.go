@@ -13,11 +13,12 @@ import (
 const randomVars = `{"x": "ab c", "y": " Hé llo  wörld ", "n": 5, "f": 2.5, "xs": ["b", "a", "c"], "d": {"b": 1.0, "a": [1, null]},
 	"ms": {"role": "user", "content": " hi\n"}}`
 
-// TestRandomTemplates is a differential test: 1,000 random templates
-// (whitespace control, comments, raw, if/elif/else, for/else, set and set
-// blocks in every scope, generation and filter blocks, macros, namespaces,
-// a mix of expressions) rendered by transformers' jinja2, text and
-// generation spans, or its error.
+// TestRandomTemplates is a differential test: 3,000 random templates and
+// expressions (whitespace control, comments, raw, if/elif/else, for/else,
+// break/continue, loop.*, set and set blocks in every scope, generation,
+// filter, call and with blocks, macros, namespaces; Unicode case mapping,
+// float printing and arithmetic) rendered by transformers' jinja2: text
+// and generation spans, or its error.
 func TestRandomTemplates(t *testing.T) {
 	v, err := ParseJSONValue([]byte(randomVars))
 	if err != nil {

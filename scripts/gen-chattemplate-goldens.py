@@ -253,14 +253,22 @@ def _random_template(rnd):
                 parts.append(ws() + "{%" + ctl() + " set y " + ctl() + "%}" + block(depth + 1) + "{%" + ctl() + " endset " + ctl() + "%}")
             elif k < 0.84:
                 parts.append(ws() + "{%" + ctl() + " generation " + ctl() + "%}" + block(depth + 1) + "{%" + ctl() + " endgeneration " + ctl() + "%}")
-            elif k < 0.9:
+            elif k < 0.87:
                 parts.append(ws() + "{%" + ctl() + " filter upper " + ctl() + "%}" + block(depth + 1) + "{%" + ctl() + " endfilter " + ctl() + "%}")
+            elif k < 0.9:
+                parts.append(ws() + rnd.choice([
+                    "{%" + ctl() + " call(v) w(x) " + ctl() + "%}" + block(depth + 1) + "[{{ v }}]{%" + ctl() + " endcall " + ctl() + "%}",
+                    "{%" + ctl() + " with x = " + e + ", z = n " + ctl() + "%}" + block(depth + 1) + "{{ z }}{%" + ctl() + " endwith " + ctl() + "%}",
+                    "{% for i in xs %}{{ loop.previtem }}|{{ loop.nextitem }}|{{ loop.cycle('o', 'e') }}|{{ loop.length }}{% if loop.last %}{% break %}{% endif %}{% continue %}{% endfor %}",
+                    "{% set ns.v = ns.v ~ x %}{% for i in xs %}{% set ns.v = ns.v ~ i %}{% endfor %}{{ ns.v }}",
+                ]))
             else:
                 parts.append(ws() + "{%" + ctl() + " raw " + rnd.choice(["", "-"]) + "%}" + ws() + "{{ r }}" + ws() + "{%" + ctl() + " endraw " + ctl() + "%}")
             parts.append(ws())
         return "".join(parts)
 
-    head = "{%- set ns = namespace(v=1) -%}{%- macro m(a, b=2) -%}<{{ a }}|{{ b }}|{{ x }}>{%- endmacro -%}"
+    head = ("{%- set ns = namespace(v=1) -%}{%- macro m(a, b=2) -%}<{{ a }}|{{ b }}|{{ x }}>{%- endmacro -%}"
+            "{%- macro w(s) -%}({{ caller(s ~ '!') }}){%- endmacro -%}")
     return head + block(0)
 
 
