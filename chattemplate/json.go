@@ -395,6 +395,8 @@ func jsonKey(k Value) (string, error) {
 	switch k := k.(type) {
 	case string:
 		return k, nil
+	case markup:
+		return string(k), nil
 	case nil:
 		return "null", nil
 	case bool:
@@ -437,6 +439,8 @@ func writeJSON(b *strings.Builder, v Value, o *jsonOpts, depth int) error {
 		b.WriteString(jsonFloat(v))
 	case string:
 		writeJSONString(b, v, o.ensureASCII)
+	case markup:
+		writeJSONString(b, string(v), o.ensureASCII)
 	case *List:
 		if v.view != "" || v.lazy {
 			return fmt.Errorf("Object of type %s is not JSON serializable", pyTypeName(v))

@@ -55,6 +55,8 @@ func keyOf(k Value) (dictKey, bool) {
 	switch k := k.(type) {
 	case string:
 		return dictKey{kind: 's', s: k}, true
+	case markup:
+		return dictKey{kind: 's', s: string(k)}, true
 	case bool:
 		if k {
 			return dictKey{kind: 'i', i: 1}, true
