@@ -180,6 +180,21 @@ def families(shared):
         yield f"family/{name}", tok, template
 
 
+def check_trl_copies():
+    """The TRL templates are copies (trl is not in python/requirements-test.lock);
+    when trl is installed, say which copies differ from its files."""
+    try:
+        import trl
+    except ImportError:
+        print("trl not installed: using the copies in testdata/chattemplate/trl", file=sys.stderr)
+        return
+    src = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
+    for name in sorted(os.listdir(os.path.join(OUT, "trl"))):
+        p = os.path.join(src, name)
+        if not os.path.exists(p) or open(p, encoding="utf-8").read() != open(os.path.join(OUT, "trl", name), encoding="utf-8").read():
+            print(f"trl {trl.__version__}: {name} differs from the copy", file=sys.stderr)
+
+
 def trl_templates(shared):
     root = os.path.join(OUT, "trl")
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(shared, "testdata", "tokenizers", "qwen2.5", "tokenizer.json"), **TRL_SPECIAL)
@@ -335,6 +350,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
     args = ap.parse_args()
+    check_trl_copies()
     regen_semantics()
     print("random.jsonl.gz vars:", json.dumps(gen_random(), ensure_ascii=False), file=sys.stderr)
     cases = build_corpus(args.shared)
