@@ -19,6 +19,11 @@ type Chat struct {
 	// Kwargs are extra template variables (enable_thinking, date_string,
 	// ...); they override special tokens of the same name.
 	Kwargs map[string]Value
+	// Unnormalized passes Messages to the template as they are, as
+	// transformers 4.x does (4.57 neither drops null-valued keys nor
+	// aliases reasoning fields); the default is transformers 5's
+	// NormalizeMessages.
+	Unnormalized bool
 }
 
 // reasoningFields are the names a message's reasoning is passed under;
@@ -74,9 +79,17 @@ func NormalizeMessages(messages *List) (*List, error) {
 // the special tokens, then Kwargs, then messages (normalized), tools,
 // documents and add_generation_prompt.
 func (c Chat) Vars(special map[string]string) (map[string]Value, error) {
-	msgs, err := NormalizeMessages(c.Messages)
-	if err != nil {
-		return nil, err
+	var msgs *List
+	if c.Unnormalized {
+		if c.Messages == nil || len(c.Messages.Items) == 0 {
+			return nil, errors.New("chattemplate: Cannot apply chat template to an empty conversation. Provide at least one message.")
+		}
+		msgs = c.Messages
+	} else {
+		var err error
+		if msgs, err = NormalizeMessages(c.Messages); err != nil {
+			return nil, err
+		}
 	}
 	// render_jinja_template's checks.
 	if l, ok := c.Tools.(*List); ok {

@@ -243,3 +243,24 @@ func TestChatFromRecord(t *testing.T) {
 }
 
 var errAny = errors.New("any error")
+
+// TestUnnormalized: transformers 4.57 hands messages to the template as
+// they are; deepseek-r1's template then iterates a null tool_calls.
+func TestUnnormalized(t *testing.T) {
+	lt := loadTemplate("family/deepseek-r1")
+	var c Chat
+	for _, cc := range loadCorpus(t) {
+		if cc.ID == "hand/null-keys" {
+			c = cc.Chat
+		}
+	}
+	if _, err := lt.t.Apply(c, lt.special, nil); err != nil {
+		t.Fatalf("normalized: %v", err)
+	}
+	c.Unnormalized = true
+	_, err := lt.t.Apply(c, lt.special, nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Msg != "'NoneType' object is not iterable" {
+		t.Fatalf("unnormalized: %v, want transformers 4.57's TypeError", err)
+	}
+}
