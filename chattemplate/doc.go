@@ -26,7 +26,8 @@
 // defined" is true). ShareGPT maps from/value turns to messages;
 // ChatFromRecord reads a dataset record (messages, ShareGPT conversations
 // or a bare list; tools as a list or a JSON string; chat_template_kwargs)
-// and refuses media content parts (ErrNotText).
+// and refuses media content parts (ErrNotText). Chat.Unnormalized renders
+// as transformers 4.x does, which hands the messages over unchanged.
 //
 // Generation spans are byte offsets into Result.Text (Start, End) and the
 // same in code points (CharStart, CharEnd), which is what transformers'
