@@ -162,10 +162,6 @@ func fnStrftimeNow(r *renderer, args []Value, kn []string, kv []Value) (Value, e
 	return strftime(r.now(), f)
 }
 
-func argErr(name string, n int) error {
-	return typeErr("%s() takes at most %d arguments", name, n)
-}
-
 // --- Python str helpers ---
 
 func pyStrip(s string, chars Value, left, right bool) (string, error) {

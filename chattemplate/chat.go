@@ -40,6 +40,7 @@ var reasoningFields = []string{"reasoning_content", "thinking", "reasoning"}
 // modified. It fails if a message is not a dict or the list is empty.
 func NormalizeMessages(messages *List) (*List, error) {
 	if messages == nil || len(messages.Items) == 0 {
+		//lint:ignore ST1005 transformers' own message, matched by the goldens
 		return nil, errors.New("chattemplate: Cannot apply chat template to an empty conversation. Provide at least one message.")
 	}
 	out := &List{Items: make([]Value, len(messages.Items))}
@@ -82,6 +83,7 @@ func (c Chat) Vars(special map[string]string) (map[string]Value, error) {
 	var msgs *List
 	if c.Unnormalized {
 		if c.Messages == nil || len(c.Messages.Items) == 0 {
+			//lint:ignore ST1005 transformers' own message, matched by the goldens
 			return nil, errors.New("chattemplate: Cannot apply chat template to an empty conversation. Provide at least one message.")
 		}
 		msgs = c.Messages
@@ -95,6 +97,7 @@ func (c Chat) Vars(special map[string]string) (map[string]Value, error) {
 	if l, ok := c.Tools.(*List); ok {
 		for _, t := range l.Items {
 			if _, ok := t.(*Dict); !ok {
+				//lint:ignore ST1005 transformers' own message, matched by the goldens
 				return nil, errors.New("chattemplate: Tools should either be a JSON schema, or a callable function with type hints and a docstring suitable for auto-conversion to a schema.")
 			}
 		}
@@ -102,6 +105,7 @@ func (c Chat) Vars(special map[string]string) (map[string]Value, error) {
 	if l, ok := c.Documents.(*List); ok {
 		for _, d := range l.Items {
 			if _, ok := d.(*Dict); !ok {
+				//lint:ignore ST1005 transformers' own message, matched by the goldens
 				return nil, errors.New("chattemplate: Documents should be a list of dicts with 'title' and 'text' keys!")
 			}
 		}

@@ -443,6 +443,7 @@ func writeJSON(b *strings.Builder, v Value, o *jsonOpts, depth int) error {
 		writeJSONString(b, string(v), o.ensureASCII)
 	case *List:
 		if v.view != "" || v.lazy {
+			//lint:ignore ST1005 Python's json.dumps message, matched by the goldens
 			return fmt.Errorf("Object of type %s is not JSON serializable", pyTypeName(v))
 		}
 		if len(v.Items) == 0 {
@@ -501,6 +502,7 @@ func writeJSON(b *strings.Builder, v Value, o *jsonOpts, depth int) error {
 		newline(depth)
 		b.WriteByte('}')
 	default:
+		//lint:ignore ST1005 Python's json.dumps message, matched by the goldens
 		return fmt.Errorf("Object of type %s is not JSON serializable", pyTypeName(v))
 	}
 	return nil

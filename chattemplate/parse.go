@@ -37,7 +37,6 @@ type (
 		iter      expr
 		cond      expr
 		body, els []node
-		recursive bool
 	}
 	// assignTarget is a name, a tuple of names, or ns.attr.
 	assignTarget struct {

@@ -176,8 +176,6 @@ type undefined struct {
 	hint string // the UndefinedError message
 }
 
-func (u undefined) err() string { return u.hint }
-
 // namespace is jinja2's namespace(): a dict whose attributes can be set.
 type namespace struct{ d *Dict }
 
