@@ -165,8 +165,9 @@ func (p *chatParser) json(data []byte) error {
 		p.res.Format = JSONArray
 		return p.array(data, start)
 	}
-	if trimmed[0] == '[' && !bytes.Contains(bytes.TrimRight(trimmed, " \t\r\n"), []byte("\n")) {
-		// a single line that is not valid JSON: report it as the array it starts
+	if first, _, _ := bytes.Cut(trimmed, []byte("\n")); trimmed[0] == '[' && !json.Valid(first) {
+		// a '[' whose line is no JSON value: a JSON array (with an error
+		// somewhere), not JSON Lines of bare message arrays
 		p.res.Format = JSONArray
 		return p.array(data, start)
 	}
@@ -205,7 +206,12 @@ func (p *chatParser) array(data []byte, start int) error {
 	dec := json.NewDecoder(bytes.NewReader(data[start:]))
 	dec.UseNumber()
 	syntax := func(idx int64, err error) error {
+		// where the failing record begins: past the separator the
+		// decoder stopped after
 		off := start + int(dec.InputOffset())
+		for off < len(data) && bytes.IndexByte([]byte(", \t\r\n"), data[off]) >= 0 {
+			off++
+		}
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			off = start + int(se.Offset)

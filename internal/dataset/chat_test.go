@@ -1,0 +1,212 @@
+package dataset
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/ferryml/ferry/chattemplate"
+)
+
+// asJSON renders a conversation's messages, tools and kwargs as JSON (keys
+// in their order) to compare with what a test expects.
+func asJSON(t *testing.T, c Conversation) string {
+	t.Helper()
+	var enc func(v chattemplate.Value) string
+	enc = func(v chattemplate.Value) string {
+		switch v := v.(type) {
+		case *chattemplate.List:
+			parts := make([]string, len(v.Items))
+			for i, x := range v.Items {
+				parts[i] = enc(x)
+			}
+			return "[" + strings.Join(parts, ",") + "]"
+		case *chattemplate.Dict:
+			var parts []string
+			for _, k := range v.Keys() {
+				x, _ := v.Get(k)
+				kb, _ := json.Marshal(k)
+				parts = append(parts, string(kb)+":"+enc(x))
+			}
+			return "{" + strings.Join(parts, ",") + "}"
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	s := enc(c.Messages)
+	if c.Tools != nil {
+		s += " tools=" + enc(c.Tools)
+	}
+	for k, v := range c.Kwargs {
+		s += " " + k + "=" + enc(v)
+	}
+	return s
+}
+
+func TestReadChatShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		format   Format
+		want     []string
+	}{
+		{"messages array", `[{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]`, JSONArray,
+			[]string{`[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]`}},
+		{"one object", `{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": false}}`, JSONArray,
+			[]string{`[{"role":"user","content":"hi"}] enable_thinking=false`}},
+		{"bare array file", `[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]`, JSONArray,
+			[]string{`[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]`}},
+		{"jsonl bare arrays", "[{\"role\": \"user\", \"content\": \"a\"}]\n\n[{\"role\": \"user\", \"content\": \"b\"}]", JSONLines,
+			[]string{`[{"role":"user","content":"a"}]`, `[{"role":"user","content":"b"}]`}},
+		{"sharegpt with system and tools string", `{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}], "system": "be brief", "tools": "[{\"name\": \"f\"}]"}`, JSONArray,
+			[]string{`[{"role":"system","content":"be brief"},{"role":"user","content":"q"},{"role":"assistant","content":"a"}] tools=[{"name":"f"}]`}},
+		{"system not doubled", `{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], "system": "other"}`, JSONArray,
+			[]string{`[{"role":"system","content":"s"},{"role":"user","content":"q"}]`}},
+		{"llamafactory parts", `{"messages": [{"role": "assistant", "content": [{"type": "reasoning", "value": "think"}, {"type": "text", "value": "ok"}, {"type": "tool_call", "value": "{\"name\": \"f\", \"arguments\": {\"x\": 1.0}}"}]}]}`, JSONArray,
+			[]string{`[{"role":"assistant","content":"ok","reasoning_content":"think","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"x":1}}}]}]`}},
+		{"text parts kept", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}`, JSONArray,
+			[]string{`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := ParseChat("in", []byte(tc.in), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Format != tc.format {
+				t.Errorf("format %s, want %s", res.Format, tc.format)
+			}
+			if len(res.Records) != len(tc.want) {
+				t.Fatalf("%d records, want %d", len(res.Records), len(tc.want))
+			}
+			for i, w := range tc.want {
+				if got := asJSON(t, res.Records[i]); got != w {
+					t.Errorf("record %d:\n got %s\nwant %s", i, got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestReadChatBadRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name, in  string
+		wantErr   error
+		wantIndex int64
+		wantLine  int64
+		wantIn    string
+	}{
+		{"image part", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
+			ErrChat, 1, 2, `messages[1].content[0]: is a "image_url" part`},
+		{"malformed tools", `[{"messages": [{"role": "user", "content": "a"}]}, {"messages": [{"role": "user", "content": "a"}], "tools": "[{"}]`,
+			ErrChat, 1, 1, "tools: a JSON string that does not parse"},
+		{"no messages", `[{"text": "a"}]`, ErrChat, 0, 1, `neither "messages" nor "conversations" (keys: text)`},
+		{"message not an object", `[{"messages": ["hi"]}]`, ErrChat, 0, 1, "messages[0]: is a string"},
+		{"sharegpt turn without from", `[{"conversations": [{"from": "human", "value": "a"}, {"value": "b"}]}]`, ErrChat, 0, 1, `turn 1 has no "from"`},
+		{"array cut short", "[{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]},\n{\"messages\": [", ErrSyntax, 1, 2, "cut short"},
+		{"jsonl bad line", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [}\n", ErrSyntax, 1, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseChat("data.jsonl", []byte(tc.in), Options{})
+			var re *RecordError
+			if !errors.As(err, &re) {
+				t.Fatalf("error %v, want a RecordError", err)
+			}
+			if !errors.Is(err, tc.wantErr) || re.Index != tc.wantIndex || re.Line != tc.wantLine || !strings.Contains(err.Error(), tc.wantIn) {
+				t.Errorf("error %q (index %d, line %d), want %v at record %d, line %d, containing %q", err, re.Index, re.Line, tc.wantErr, tc.wantIndex, tc.wantLine, tc.wantIn)
+			}
+			if !strings.HasPrefix(err.Error(), "data.jsonl: record ") {
+				t.Errorf("error %q does not start with the file and record", err)
+			}
+		})
+	}
+}
+
+func TestReadChatSkipsBadRecords(t *testing.T) {
+	in := "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": \"x\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"c\"}]}\n"
+	var seen []int64
+	res, err := ParseChat("in", []byte(in), Options{OnBad: func(e *RecordError) error { seen = append(seen, e.Index); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skipped != 1 || len(seen) != 1 || seen[0] != 1 || len(res.Records) != 2 || res.Samples[1] != 2 {
+		t.Errorf("skipped %d %v, records %d samples %v", res.Skipped, seen, len(res.Records), res.Samples)
+	}
+}
+
+// TestReadChatParquet reads messages as a list<struct> column, as the
+// datasets library writes them: every struct has every field, a key a
+// message lacks is null (and normalisation drops it later).
+func TestReadChatParquet(t *testing.T) {
+	msg := arrow.StructOf(arrow.Field{Name: "role", Type: arrow.BinaryTypes.String, Nullable: true},
+		arrow.Field{Name: "content", Type: arrow.BinaryTypes.LargeString, Nullable: true},
+		arrow.Field{Name: "weight", Type: arrow.PrimitiveTypes.Float32, Nullable: true})
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "messages", Type: arrow.ListOf(msg), Nullable: true},
+		{Name: "source", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, nil)
+	rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, schema, strings.NewReader(`[
+		{"messages": [{"role": "user", "content": "hi", "weight": null}, {"role": "assistant", "content": "yo", "weight": 0.5}], "source": "a"},
+		{"messages": [{"role": "user", "content": "q", "weight": 1}], "source": null}
+	]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(schema, &buf, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ParseChat("chats.parquet", buf.Bytes(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`[{"role":"user","content":"hi","weight":null},{"role":"assistant","content":"yo","weight":0.5}]`,
+		`[{"role":"user","content":"q","weight":1}]`,
+	}
+	if res.Format != Parquet || len(res.Records) != len(want) {
+		t.Fatalf("format %s, %d records", res.Format, len(res.Records))
+	}
+	for i, w := range want {
+		if got := asJSON(t, res.Records[i]); got != w {
+			t.Errorf("row %d:\n got %s\nwant %s", i, got, w)
+		}
+	}
+}
+
+func FuzzParseChat(f *testing.F) {
+	f.Add([]byte(`[{"messages": [{"role": "user", "content": "hi"}]}]`))
+	f.Add([]byte(`{"conversations": [{"from": "function_call", "value": "{\"name\": \"f\", \"arguments\": {}}"}], "tools": "[]"}`))
+	f.Add([]byte("[{\"role\": \"user\"}]\n[{\"role\": \"assistant\", \"content\": [{\"type\": \"tool_call\", \"value\": \"1\"}]}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := ParseChat("fuzz", data, Options{MaxBytes: 1 << 20, OnBad: func(*RecordError) error { return nil }})
+		if err != nil {
+			return
+		}
+		if len(res.Records) != len(res.Samples) {
+			t.Fatalf("%d records, %d samples", len(res.Records), len(res.Samples))
+		}
+		for _, c := range res.Records {
+			if c.Messages == nil {
+				t.Fatal("a record without messages")
+			}
+		}
+	})
+}
