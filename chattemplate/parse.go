@@ -273,7 +273,7 @@ func Parse(name, src string) (*Template, error) {
 	if end != "" {
 		return nil, p.failf(p.cur().line, "unexpected '%s'", end)
 	}
-	t := &Template{name: name, body: body, hasGeneration: p.hasGeneration}
+	t := &Template{name: name, src: src, body: body, hasGeneration: p.hasGeneration}
 	(&analyzer{}).run(t)
 	return t, nil
 }

@@ -12,6 +12,7 @@ import (
 // goroutines may render it at once.
 type Template struct {
 	name  string
+	src   string
 	body  []node
 	undef []string // names the template frame starts as undefined (scope.go)
 	// hasGeneration: a {% generation %} block anywhere.
@@ -20,6 +21,9 @@ type Template struct {
 
 // Name returns the name given to Parse.
 func (t *Template) Name() string { return t.name }
+
+// Source returns the text given to Parse.
+func (t *Template) Source() string { return t.src }
 
 // HasGeneration reports whether the template has a {% generation %}
 // block; without one, Result.Generation is always empty (a mask built from

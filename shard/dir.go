@@ -35,6 +35,7 @@ type DirConfig struct {
 	Force        bool
 	Template     string
 	TemplateText string
+	Chat         *ChatInfo // chat-format input's template hash and date; nil otherwise
 	Tokenizer    TokenizerInfo
 	CreatedBy    string // default "ferry (goX.Y)"
 	Stats        Stats  // copied into the manifest; Tokens, PadTokens and Efficiency are computed
@@ -95,7 +96,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 		SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels, Ranks: cfg.Ranks,
 		RowsPerRank: rowsPerRank, UniqueRows: unique, TotalRows: rowsPerRank * cfg.Ranks,
 		DropLast: cfg.DropLast, Seed: cfg.Seed, BatchRows: cfg.BatchRows,
-		Template: cfg.Template, TemplateText: cfg.TemplateText, Tokenizer: cfg.Tokenizer,
+		Template: cfg.Template, TemplateText: cfg.TemplateText, Chat: cfg.Chat, Tokenizer: cfg.Tokenizer,
 		Input: cfg.Input, Files: make([]FileEntry, cfg.Ranks), Stats: cfg.Stats,
 	}
 	var tokens atomic.Int64 // non-pad tokens over the distinct rows written

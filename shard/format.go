@@ -88,7 +88,24 @@ const (
 	LabelsMaskPad    Labels = "mask-pad"    // labels = input_ids, −100 on padding positions
 	LabelsCopy       Labels = "copy"        // labels = input_ids, padding included (seed parity)
 	LabelsMaskPrompt Labels = "mask-prompt" // −100 on padding and on the prompt
+
+	// Chat policies (dataprep --format chat): −100 on padding and where
+	// the example's Loss is false; which tokens train is dataprep's rule
+	// (docs/chat.md).
+	LabelsAssistant     Labels = "assistant"      // every assistant turn's content through its end-of-turn token
+	LabelsLastAssistant Labels = "last-assistant" // the same for the final assistant turn only
+	LabelsGeneration    Labels = "generation"     // the template's {% generation %} spans
+	LabelsAll           Labels = "all"            // every non-pad token
 )
+
+// IsChat reports whether l is one of the chat policies.
+func (l Labels) IsChat() bool {
+	switch l {
+	case LabelsAssistant, LabelsLastAssistant, LabelsGeneration, LabelsAll:
+		return true
+	}
+	return false
+}
 
 // ParseMode parses "pad" or "pack".
 func ParseMode(s string) (Mode, error) {
@@ -102,10 +119,10 @@ func ParseMode(s string) (Mode, error) {
 // ParseLabels parses a labels policy name.
 func ParseLabels(s string) (Labels, error) {
 	switch Labels(s) {
-	case LabelsMaskPad, LabelsCopy, LabelsMaskPrompt:
+	case LabelsMaskPad, LabelsCopy, LabelsMaskPrompt, LabelsAssistant, LabelsLastAssistant, LabelsGeneration, LabelsAll:
 		return Labels(s), nil
 	}
-	return "", fmt.Errorf("%w: labels %q, want mask-pad, copy or mask-prompt", ErrConfig, s)
+	return "", fmt.Errorf("%w: labels %q, want mask-pad, copy, mask-prompt, assistant, last-assistant, generation or all", ErrConfig, s)
 }
 
 // FileName returns the shard file name of rank among ranks.

@@ -23,24 +23,27 @@ const MaxManifestBytes = 256 << 20
 
 // Manifest is manifest.json: the authoritative description of a shard directory.
 type Manifest struct {
-	Format       string        `json:"format"`
-	Version      int           `json:"version"`
-	CreatedBy    string        `json:"created_by"`
-	SeqLen       int           `json:"seq_len"`
-	Mode         Mode          `json:"mode"`
-	Labels       Labels        `json:"labels"`
-	Ranks        int           `json:"ranks"`
-	RowsPerRank  int           `json:"rows_per_rank"`
-	UniqueRows   int           `json:"unique_rows"`
-	TotalRows    int           `json:"total_rows"`
-	DropLast     bool          `json:"drop_last"`
-	Seed         uint64        `json:"seed"`
-	BatchRows    int           `json:"batch_rows"`
-	Template     string        `json:"template"`
-	TemplateText string        `json:"template_text"`
-	Tokenizer    TokenizerInfo `json:"tokenizer"`
-	Input        string        `json:"input,omitempty"`
-	Files        []FileEntry   `json:"files"`
+	Format       string `json:"format"`
+	Version      int    `json:"version"`
+	CreatedBy    string `json:"created_by"`
+	SeqLen       int    `json:"seq_len"`
+	Mode         Mode   `json:"mode"`
+	Labels       Labels `json:"labels"`
+	Ranks        int    `json:"ranks"`
+	RowsPerRank  int    `json:"rows_per_rank"`
+	UniqueRows   int    `json:"unique_rows"`
+	TotalRows    int    `json:"total_rows"`
+	DropLast     bool   `json:"drop_last"`
+	Seed         uint64 `json:"seed"`
+	BatchRows    int    `json:"batch_rows"`
+	Template     string `json:"template"`
+	TemplateText string `json:"template_text"`
+	// Chat is set for chat-format input (dataprep --format chat): the chat
+	// template's SHA-256 and the date strftime_now rendered.
+	Chat      *ChatInfo     `json:"chat,omitempty"`
+	Tokenizer TokenizerInfo `json:"tokenizer"`
+	Input     string        `json:"input,omitempty"`
+	Files     []FileEntry   `json:"files"`
 	// LossTokens, when present, describes loss_tokens.u32: every row's
 	// loss-token count (labels[1:] != −100, the tokens HF's causal-LM loss
 	// averages over) as a little-endian uint32, rank-major (rank r's rows
@@ -49,6 +52,12 @@ type Manifest struct {
 	// other ranks' shards. Older outputs lack it.
 	LossTokens *SideFile `json:"loss_tokens,omitempty"`
 	Stats      Stats     `json:"stats"`
+}
+
+// ChatInfo is what a chat-format run rendered its conversations with.
+type ChatInfo struct {
+	TemplateSHA256 string `json:"template_sha256"` // SHA-256 of the chat template's text
+	Date           string `json:"date"`            // YYYY-MM-DD strftime_now returned
 }
 
 // SideFile describes a file of the directory beside the shards.
@@ -95,17 +104,20 @@ type BatchEntry struct {
 
 // Stats are the run statistics stored in the manifest.
 type Stats struct {
-	RecordsRead      int64   `json:"records_read"`
-	RecordsSkipped   int64   `json:"records_skipped"`
-	RecordsTruncated int64   `json:"records_truncated"`
-	RecordsSplit     int64   `json:"records_split,omitempty"`
-	Tokens           int64   `json:"tokens"`     // non-pad tokens in the unique rows
-	PadTokens        int64   `json:"pad_tokens"` // pad positions in the unique rows
-	Efficiency       float64 `json:"efficiency"` // tokens / (unique_rows × seq_len)
-	RowsDropped      int64   `json:"rows_dropped,omitempty"`
-	RowsRepeated     int64   `json:"rows_repeated,omitempty"`
-	InputBytes       int64   `json:"input_bytes,omitempty"`
-	Seconds          float64 `json:"seconds"`
+	RecordsRead      int64 `json:"records_read"`
+	RecordsSkipped   int64 `json:"records_skipped"`
+	RecordsTruncated int64 `json:"records_truncated"`
+	RecordsSplit     int64 `json:"records_split,omitempty"`
+	// RecordsDropped counts the conversations dropped because truncation
+	// cut off every token they train.
+	RecordsDropped int64   `json:"records_dropped,omitempty"`
+	Tokens         int64   `json:"tokens"`     // non-pad tokens in the unique rows
+	PadTokens      int64   `json:"pad_tokens"` // pad positions in the unique rows
+	Efficiency     float64 `json:"efficiency"` // tokens / (unique_rows × seq_len)
+	RowsDropped    int64   `json:"rows_dropped,omitempty"`
+	RowsRepeated   int64   `json:"rows_repeated,omitempty"`
+	InputBytes     int64   `json:"input_bytes,omitempty"`
+	Seconds        float64 `json:"seconds"`
 }
 
 // Validate checks the manifest's internal consistency (not the files).

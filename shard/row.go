@@ -9,6 +9,10 @@ type Example struct {
 	Sample int64   // 0-based record index in the input
 	Tokens []int32 // token ids
 	Prompt int     // leading prompt tokens (no loss under LabelsMaskPrompt)
+	// Loss, when not nil, has one entry per token: false gives the token
+	// the label −100 (a chat example's tokens outside the trained turns).
+	// It applies under every labels policy; nil trains every token.
+	Loss []bool
 }
 
 // Layout turns examples into rows. The zero value is not usable; set every field.
@@ -41,7 +45,8 @@ func (l Layout) NewRow() *Row {
 //
 // Labels: input ids, then −100 on padding positions (mask-pad, mask-prompt)
 // or the pad id (copy); −100 on each example's first Prompt tokens
-// (mask-prompt). In pack mode the first label of every example is −100 under
+// (mask-prompt); −100 where an example's Loss is false (the chat policies
+// assistant, last-assistant, generation and all). In pack mode the first label of every example is −100 under
 // every policy, as HF's DataCollatorWithFlattening does, so that no example
 // learns to predict the next one's first token. position_ids count 0,1,2…
 // from each example's start; padding continues counting from the last example.
@@ -66,6 +71,16 @@ func (l Layout) Fill(row *Row, exs []Example) error {
 		copy(row.InputIDs[pos:pos+n], ex.Tokens)
 		lab := row.Labels[pos : pos+n]
 		copy(lab, ex.Tokens)
+		if ex.Loss != nil {
+			if len(ex.Loss) != n {
+				return fmt.Errorf("%w: sample %d: %d loss flags for %d tokens", ErrConfig, ex.Sample, len(ex.Loss), n)
+			}
+			for j, keep := range ex.Loss {
+				if !keep {
+					lab[j] = IgnoreIndex
+				}
+			}
+		}
 		if l.Labels == LabelsMaskPrompt {
 			p := min(max(ex.Prompt, 0), n)
 			for j := range p {

@@ -42,6 +42,27 @@ Examples:
   # a split in several files (a glob, or --input repeated), read in order
   dataprep --input 'alpaca/data/train-*.parquet' --tokenizer models/Qwen2.5-3B --out shards/
   dataprep inspect shards/ --rank 3 --row 0
+  # conversations (messages / ShareGPT conversations), loss on the assistant's turns
+  dataprep --input chats.jsonl --tokenizer models/Qwen2.5-3B --mode pack --ranks 16 --out shards/
+
+Chat data (--format chat, detected when the first record has "messages" or
+"conversations"): each conversation is rendered with the tokenizer
+directory's chat template (or --chat-template) exactly as transformers'
+apply_chat_template does and tokenized without adding special tokens (the
+template writes the BOS). --labels (docs/chat.md):
+  assistant       (default) for every assistant message: from the first token
+                  that overlaps what the template writes for it (content,
+                  reasoning, tool calls) through the first added special token
+                  after it (the end of turn: <|im_end|>, <|eot_id|>, </s>, ...),
+                  whitespace between included; headers and every system, user
+                  and tool token get -100
+  last-assistant  the same for the final assistant message only
+  generation      the template's {% generation %} spans, as transformers'
+                  return_assistant_tokens_mask (TRL's *_training.jinja templates)
+  all             every non-pad token
+A template that leaves an end-of-turn untrained or gives an all-zero or all-one
+mask is refused. --seq-len keeps a conversation's start; one whose trained
+tokens are all cut off is dropped and counted. --date pins strftime_now.
 
 Split runs (docs/parts.md): --part I/N reads only part I's share of the
 input (whole files; a plain JSON Lines file may be cut between records),
@@ -100,7 +121,11 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 	fs.IntVar(&c.Layout.SeqLen, "seq-len", 1024, "tokens per row (HF max_length)")
 	fs.IntVar(&c.Ranks, "ranks", 1, "number of shards = training world size")
 	fs.StringVar(&mode, "mode", "pad", "pad: one example per row (the seeds' padding=\"max_length\"); pack: whole examples packed into rows")
-	fs.StringVar(&labels, "labels", "mask-pad", "mask-pad: -100 on padding; copy: labels = input_ids, pads included (seed parity); mask-prompt: -100 on padding and prompt")
+	fs.StringVar(&labels, "labels", "", "Alpaca: mask-pad (default): -100 on padding; copy: labels = input_ids, pads included (seed parity); mask-prompt: -100 on padding and prompt.\nchat: assistant (default), last-assistant, generation or all (see above)")
+	fs.StringVar(&c.Format, "format", "", "input `format`: alpaca or chat (default: chat when the first record has \"messages\" or \"conversations\")")
+	fs.StringVar(&c.ChatTemplate, "chat-template", "", "chat: a Jinja chat template `file` instead of the tokenizer directory's")
+	fs.StringVar(&c.ChatTemplateName, "template-name", "", "chat: which of the directory's named chat templates (e.g. tool_use)")
+	fs.StringVar(&c.Date, "date", "", "chat: pin strftime_now to `YYYY-MM-DD` (default: the run's start, local time); stored in the manifest")
 	fs.BoolVar(&c.SplitLong, "split-long", false, "pack mode: split an example longer than --seq-len into several instead of truncating it")
 	fs.Uint64Var(&c.Seed, "seed", 0, "shuffle seed")
 	fs.Int64Var(&c.MaxRecords, "max-records", 0, "use only the input's first `N` records, in input order (datasets' split=\"train[:N]\"); an input with fewer is an error (default: all)")
@@ -142,8 +167,10 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 	if c.Layout.Mode, err = shard.ParseMode(mode); err != nil {
 		return bad("--mode %q: want pad or pack", mode)
 	}
-	if c.Layout.Labels, err = shard.ParseLabels(labels); err != nil {
-		return bad("--labels %q: want mask-pad, copy or mask-prompt", labels)
+	if labels != "" {
+		if c.Layout.Labels, err = shard.ParseLabels(labels); err != nil {
+			return bad("--labels %q: want mask-pad, copy or mask-prompt (alpaca), assistant, last-assistant, generation or all (chat)", labels)
+		}
 	}
 	if part != "" {
 		i, n, ok := strings.Cut(part, "/")
@@ -190,6 +217,7 @@ type summary struct {
 	RecordsSkipped   int64   `json:"records_skipped"`
 	RecordsTruncated int64   `json:"records_truncated"`
 	RecordsSplit     int64   `json:"records_split"`
+	RecordsDropped   int64   `json:"records_dropped"`
 	Tokens           int64   `json:"tokens"`
 	PadTokens        int64   `json:"pad_tokens"`
 	Efficiency       float64 `json:"efficiency"`
@@ -270,7 +298,7 @@ func newSummary(out string, workers int, res *prep.Result, secs float64) summary
 		Out: out, Input: m.Input, Format: res.Format, Mode: string(m.Mode), Labels: string(m.Labels),
 		SeqLen: m.SeqLen, Ranks: m.Ranks, RowsPerRank: m.RowsPerRank, UniqueRows: m.UniqueRows, TotalRows: m.TotalRows,
 		RecordsRead: m.Stats.RecordsRead, RecordsSkipped: m.Stats.RecordsSkipped, RecordsTruncated: m.Stats.RecordsTruncated,
-		RecordsSplit: m.Stats.RecordsSplit, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
+		RecordsSplit: m.Stats.RecordsSplit, RecordsDropped: m.Stats.RecordsDropped, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
 		InputBytes: res.InputBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(res.Bytes) / 1e6 / secs, Workers: workers,
 		ReadSeconds: res.Read.Seconds(), TokenizeSeconds: res.Tokenize.Seconds(), WriteSeconds: res.Write.Seconds(),
 	}
@@ -298,6 +326,9 @@ func printSummary(w io.Writer, s *summary, m *shard.Manifest) {
 	fmt.Fprintf(w, "  records   %d read, %d skipped, %d truncated", s.RecordsRead, s.RecordsSkipped, s.RecordsTruncated)
 	if s.RecordsSplit > 0 {
 		fmt.Fprintf(w, ", %d split", s.RecordsSplit)
+	}
+	if s.RecordsDropped > 0 {
+		fmt.Fprintf(w, ", %d dropped (truncation cut every trained token)", s.RecordsDropped)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  tokens    %d (+%d pad), %s %.1f%%\n", s.Tokens, s.PadTokens, effName, 100*s.Efficiency)

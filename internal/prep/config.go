@@ -43,6 +43,20 @@ type Config struct {
 	// seeds' Alpaca prompt.
 	TemplateFile string
 
+	// Format is the input format (--format): FormatAlpaca, FormatChat, or
+	// FormatAuto (the default), which reads chat data when the first
+	// record has "messages" or "conversations".
+	Format string
+	// ChatTemplate is a Jinja chat template file to use instead of the
+	// tokenizer directory's (--chat-template; chat only).
+	ChatTemplate string
+	// ChatTemplateName picks one of the directory's named chat templates
+	// (--template-name, e.g. tool_use); default "default".
+	ChatTemplateName string
+	// Date pins strftime_now to YYYY-MM-DD, midnight UTC (--date; chat
+	// only); default: the run's start, in local time, as transformers.
+	Date string
+
 	// Tokenizer is tokenizer.json, .json.zst or a model directory
 	// (--tokenizer; required).
 	Tokenizer string
@@ -123,8 +137,16 @@ func (c *Config) Validate() error {
 	if _, err := shard.ParseMode(string(l.Mode)); err != nil {
 		return configErr("--mode %q: want pad or pack", l.Mode)
 	}
-	if _, err := shard.ParseLabels(string(l.Labels)); err != nil {
-		return configErr("--labels %q: want mask-pad, copy or mask-prompt", l.Labels)
+	if _, err := shard.ParseLabels(string(l.Labels)); err != nil && l.Labels != "" {
+		return configErr("--labels %q: want mask-pad, copy or mask-prompt (alpaca), assistant, last-assistant, generation or all (chat)", l.Labels)
+	}
+	switch c.Format {
+	case FormatAuto, FormatAlpaca, FormatChat:
+	default:
+		return configErr("--format %q: want alpaca or chat", c.Format)
+	}
+	if c.Format == FormatAlpaca && (l.Labels.IsChat() || c.ChatTemplate != "" || c.Date != "") {
+		return configErr("--labels %s, --chat-template and --date are for --format chat", l.Labels)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 )
@@ -38,6 +39,16 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 	}
 	if p.N < 1 || p.N > shard.MaxParts || p.I < 0 || p.I >= p.N {
 		return nil, configErr("--part %d/%d: want I/N with 0 <= I < N <= %d", p.I, p.N, shard.MaxParts)
+	}
+	files, err := dataset.Expand(ctx, c.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.resolveFormat(ctx, files); err != nil {
+		return nil, err
+	}
+	if c.Format == FormatChat {
+		return nil, configErr("--part: split runs of chat data are not implemented yet; run dataprep --format chat in one piece")
 	}
 	if p.Loc == "" {
 		p.Loc = storage.Join(c.Out, "parts")

@@ -32,6 +32,16 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err := refuseExisting(ctx, c.Out, c.Force); err != nil {
 		return nil, err
 	}
+	files, err := dataset.Expand(ctx, c.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.resolveFormat(ctx, files); err != nil {
+		return nil, err
+	}
+	if c.Format == FormatChat {
+		return runChat(ctx, c, files, t0)
+	}
 	in, err := load(ctx, &c, 0, 0)
 	if err != nil {
 		return nil, err
@@ -72,6 +82,7 @@ type shardInput struct {
 	exs       []shard.Example
 	tmpl      *dataset.Template
 	tok       shard.TokenizerInfo
+	chat      *shard.ChatInfo // chat input's template hash and date
 	input     string
 	stats     shard.Stats // records and input bytes; WriteDir adds the rest
 	createdBy string
@@ -101,7 +112,7 @@ func writeShards(ctx context.Context, c *Config, in *shardInput) (*shard.Manifes
 		// Shard files are written by at least 8 writers (when there are
 		// that many ranks): the time goes to write and fsync waits, not CPU.
 		BatchRows: c.BatchRows, Workers: max(c.Workers, min(c.Ranks, 8)), Force: c.Force,
-		Template: in.tmpl.Name, TemplateText: in.tmpl.Text,
+		Template: in.tmpl.Name, TemplateText: in.tmpl.Text, Chat: in.chat,
 		Tokenizer: in.tok,
 		CreatedBy: in.createdBy,
 		Input:     in.input,
@@ -111,4 +122,32 @@ func writeShards(ctx context.Context, c *Config, in *shardInput) (*shard.Manifes
 			m.Stats.Seconds = in.seconds()
 		},
 	}, src)
+}
+
+// resolveFormat settles c.Format (FormatAuto: from the first input file)
+// and the default labels policy of the format, and refuses a policy of
+// the other format.
+func (c *Config) resolveFormat(ctx context.Context, files []string) error {
+	if c.Format == FormatAuto {
+		c.Format = FormatAlpaca
+		if c.Layout.Labels.IsChat() || c.ChatTemplate != "" {
+			c.Format = FormatChat
+		} else if c.Layout.Labels == "" || c.Layout.Labels == shard.LabelsMaskPad {
+			c.Format = detectFormat(ctx, files)
+			if c.Format == FormatChat && c.Layout.Labels == shard.LabelsMaskPad {
+				c.Layout.Labels = ""
+			}
+		}
+	}
+	switch {
+	case c.Layout.Labels == "" && c.Format == FormatChat:
+		c.Layout.Labels = shard.LabelsAssistant
+	case c.Layout.Labels == "":
+		c.Layout.Labels = shard.LabelsMaskPad
+	case c.Format == FormatChat && !c.Layout.Labels.IsChat():
+		return configErr("--labels %s is for Alpaca records; chat data takes assistant, last-assistant, generation or all", c.Layout.Labels)
+	case c.Format == FormatAlpaca && c.Layout.Labels.IsChat():
+		return configErr("--labels %s is for chat data (--format chat)", c.Layout.Labels)
+	}
+	return nil
 }

@@ -1,0 +1,226 @@
+package prep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferryml/ferry/chattemplate"
+	"github.com/ferryml/ferry/internal/dataset"
+	"github.com/ferryml/ferry/internal/encode"
+	"github.com/ferryml/ferry/shard"
+)
+
+// Input formats (Config.Format).
+const (
+	FormatAuto   = ""       // chat when the first record has "messages" or "conversations" (or is a list of messages), else alpaca
+	FormatAlpaca = "alpaca" // instruction/input/output records and a prompt template
+	FormatChat   = "chat"   // conversations rendered with the model's chat template
+)
+
+// detectFormat resolves FormatAuto: the first input file is read as chat
+// data; a first record that has neither "messages" nor "conversations"
+// makes the input Alpaca.
+func detectFormat(ctx context.Context, files []string) string {
+	if len(files) == 0 {
+		return FormatAlpaca
+	}
+	stop := errors.New("stop")
+	var first *dataset.RecordError
+	_, err := dataset.ReadChat(ctx, files[0], dataset.Options{OnBad: func(e *dataset.RecordError) error {
+		first = e
+		return stop
+	}})
+	if err == nil {
+		return FormatChat
+	}
+	if first != nil && first.Index == 0 && (first.Field == "messages" || first.Field == "record") {
+		return FormatAlpaca
+	}
+	if first != nil {
+		return FormatChat // a chat record with a problem: the chat reader reports it
+	}
+	return FormatAlpaca
+}
+
+// chatLoaded is what a chat run read and resolved.
+type chatLoaded struct {
+	convs   []dataset.Conversation
+	samples []int64  // the global record index of each conversation
+	files   []string // each conversation's file
+	locals  []int64  // its record index within the file
+	skipped int64
+	input   string
+	format  string
+	bytes   int64
+	raw     int64
+	tmpl    *chattemplate.Template
+	text    string // the template's source
+	name    string // the template's name in the manifest
+	date    string
+	enc     *encode.ChatEncoder
+	tokInfo shard.TokenizerInfo
+}
+
+// loadChat reads the conversations of c.Inputs and loads the tokenizer and
+// its chat template (or c.ChatTemplate).
+func loadChat(ctx context.Context, c *Config, files []string) (*chatLoaded, error) {
+	in := &chatLoaded{input: strings.Join(files, ", ")}
+	prog := c.Progress
+	var badCount atomic.Int64
+	opt := dataset.Options{}
+	onBad := func(e *dataset.RecordError) error {
+		if badCount.Add(1) <= 5 {
+			prog.Logf("skipped: %v", e)
+		}
+		return nil
+	}
+	if c.SkipBad {
+		opt.OnBad = onBad
+	}
+	prog.Phase("read", 0)
+	var formats []string
+	var base int64
+	for _, f := range files {
+		res, err := dataset.ReadChat(ctx, f, opt)
+		if err != nil {
+			return nil, err
+		}
+		for i := range res.Records {
+			in.convs = append(in.convs, res.Records[i])
+			in.samples = append(in.samples, base+res.Samples[i])
+			in.locals = append(in.locals, res.Samples[i])
+			in.files = append(in.files, f)
+		}
+		base += res.Skipped + int64(len(res.Records))
+		in.skipped += res.Skipped
+		in.bytes += res.Bytes
+		in.raw += res.RawBytes
+		formats = append(formats, string(res.Format))
+		if c.MaxRecords > 0 && int64(len(in.convs)) >= c.MaxRecords {
+			break
+		}
+	}
+	in.format = strings.Join(formats, "+")
+	if c.MaxRecords > 0 && int64(len(in.convs)) > c.MaxRecords {
+		n := c.MaxRecords
+		in.convs, in.samples, in.locals, in.files = in.convs[:n], in.samples[:n], in.locals[:n], in.files[:n]
+	}
+	tok, err := c.LoadTokenizer(c.Tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	dir := c.Tokenizer
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	var special map[string]string
+	if c.ChatTemplate != "" {
+		src, err := os.ReadFile(c.ChatTemplate)
+		if err != nil {
+			return nil, configErr("--chat-template: %v", err)
+		}
+		if special, err = chattemplate.SpecialTokens(dir); err != nil {
+			return nil, err
+		}
+		if in.tmpl, err = chattemplate.Parse(c.ChatTemplate, string(src)); err != nil {
+			return nil, configErr("--chat-template %s: %v", c.ChatTemplate, err)
+		}
+		in.text, in.name = string(src), c.ChatTemplate
+	} else {
+		if in.tmpl, special, err = chattemplate.FromTokenizerDir(dir, c.ChatTemplateName); err != nil {
+			return nil, configErr("the chat template of %s: %v (give --chat-template FILE)", dir, err)
+		}
+		in.text, in.name = in.tmpl.Source(), in.tmpl.Name()
+	}
+	now := time.Now()
+	if c.Date != "" {
+		day, err := time.Parse(time.DateOnly, c.Date)
+		if err != nil {
+			return nil, configErr("--date %q: want YYYY-MM-DD", c.Date)
+		}
+		now = day
+	}
+	in.date = now.Format(time.DateOnly)
+	ids, err := encode.AddedSpecialIDs(c.Tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	in.enc, err = encode.NewChat(tok, encode.ChatConfig{
+		Template: in.tmpl, Special: special, Now: func() time.Time { return now },
+		Labels: c.Layout.Labels, MaxLen: c.Layout.SeqLen, SplitLong: c.SplitLong, SpecialIDs: ids,
+	})
+	if errors.Is(err, encode.ErrConfig) {
+		return nil, configErr("%v", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sp, err := resolveSpecials(tok, c)
+	if err != nil {
+		return nil, err
+	}
+	absTok := c.Tokenizer
+	if a, err := filepath.Abs(c.Tokenizer); err == nil {
+		absTok = a
+	}
+	in.tokInfo = shard.TokenizerInfo{
+		SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
+		EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, Path: absTok,
+	}
+	return in, nil
+}
+
+// runChat is Run for chat-format input.
+func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Result, error) {
+	in, err := loadChat(ctx, &c, files)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.convs) == 0 {
+		return nil, fmt.Errorf("%s: no usable conversations (%d skipped)", in.input, in.skipped)
+	}
+	tRead := time.Now()
+	c.Progress.Phase("tokenize", int64(len(in.convs)))
+	var onBad func(*dataset.RecordError) error
+	if c.SkipBad {
+		onBad = func(e *dataset.RecordError) error {
+			c.Progress.Logf("skipped: %v", e)
+			return nil
+		}
+	}
+	exs, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
+	if err != nil {
+		return nil, err
+	}
+	if len(exs) == 0 {
+		return nil, fmt.Errorf("%s: no conversation left to train on (%d skipped, %d dropped: truncation cut every trained token)",
+			in.input, in.skipped+st.Skipped, st.Dropped)
+	}
+	tTok := time.Now()
+	skipped := in.skipped + st.Skipped
+	m, err := writeShards(ctx, &c, &shardInput{
+		exs: exs, tmpl: &dataset.Template{Name: in.name, Text: in.text}, tok: in.tokInfo, input: in.input,
+		chat: &shard.ChatInfo{TemplateSHA256: encode.TemplateSHA256(in.text), Date: in.date},
+		stats: shard.Stats{
+			RecordsRead:      int64(len(in.convs)) + in.skipped,
+			RecordsSkipped:   skipped,
+			RecordsTruncated: st.Truncated,
+			RecordsSplit:     st.Split,
+			RecordsDropped:   st.Dropped,
+			InputBytes:       in.raw,
+		},
+		createdBy: createdBy(),
+		seconds:   func() float64 { return time.Since(t0).Seconds() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Manifest: m, Format: "chat " + in.format, InputBytes: in.raw, Bytes: in.bytes,
+		Read: tRead.Sub(t0), Tokenize: tTok.Sub(tRead), Write: time.Since(tTok)}, nil
+}
