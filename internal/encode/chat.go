@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -568,7 +569,7 @@ func (e *ChatEncoder) checkGeneration(ids []int32, loss []bool) error {
 // by a sentinel and its tool calls and reasoning removed, and the region is
 // what differs between the two renders (common prefix and suffix removed).
 func (e *ChatEncoder) assistantRegion(conv *dataset.Conversation, i int, text string) (int, int, error) {
-	msgs := chattemplate.NewList(conv.Messages.Items...)
+	msgs := chattemplate.NewList(slices.Clone(conv.Messages.Items)...)
 	src := conv.Messages.Items[i].(*chattemplate.Dict)
 	d := chattemplate.NewDict()
 	for _, k := range src.Keys() {
@@ -592,7 +593,7 @@ func (e *ChatEncoder) assistantRegion(conv *dataset.Conversation, i int, text st
 		p++
 	}
 	// back to a character boundary
-	for p > 0 && !utf8.RuneStart(text[p]) {
+	for p > 0 && p < len(text) && !utf8.RuneStart(text[p]) {
 		p--
 	}
 	q := 0
@@ -619,7 +620,7 @@ func (e *ChatEncoder) renderError(conv *dataset.Conversation, err error) error {
 	}
 	at := -1
 	for k := 1; k <= len(conv.Messages.Items); k++ {
-		if _, perr := e.apply(chattemplate.NewList(conv.Messages.Items[:k]...), conv); perr != nil && errors.Is(perr, chattemplate.ErrRaised) {
+		if _, perr := e.apply(chattemplate.NewList(slices.Clone(conv.Messages.Items[:k])...), conv); perr != nil && errors.Is(perr, chattemplate.ErrRaised) {
 			at = k - 1
 			break
 		}
