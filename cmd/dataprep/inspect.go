@@ -115,6 +115,30 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "    ids     %s\n", idsPreview(ids))
 		fmt.Fprintf(stdout, "    labels  %d of %d tokens carry loss\n", loss, len(ids))
+		if tok != nil && m.Labels.IsChat() {
+			// chat rows: turns (end-of-turn runs) and the trained spans marked
+			lab := r.Labels[s.Start : s.Start+s.Length]
+			var b strings.Builder
+			runs := 0
+			for j := 0; j < len(ids); {
+				k := j
+				for k < len(ids) && (lab[k] != shard.IgnoreIndex) == (lab[j] != shard.IgnoreIndex) {
+					k++
+				}
+				piece := tok.Decode(ids[j:k], false)
+				if lab[j] != shard.IgnoreIndex {
+					runs++
+					b.WriteString("[[" + piece + "]]")
+				} else {
+					b.WriteString(piece)
+				}
+				j = k
+			}
+			truncated := s.Length == int32(m.SeqLen)
+			fmt.Fprintf(stdout, "    trained %d span(s), %d tokens; truncated: %v\n", runs, loss, truncated)
+			fmt.Fprintf(stdout, "    text    (trained spans in [[ ]])\n%s\n", b.String())
+			continue
+		}
 		if tok != nil {
 			text := tok.Decode(ids, false)
 			if r := []rune(text); len(r) > 300 && !*full {
