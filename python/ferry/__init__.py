@@ -29,6 +29,9 @@ Public API:
 * :func:`to_hf_dataset` - one shard as a Hugging Face ``datasets.Dataset``
   (needs pyarrow and datasets; ``Dataset.from_file`` cannot read the Arrow
   IPC file format, see :mod:`ferry.hf`).
+* :func:`load_pretrained` - load a Hugging Face safetensors model into a
+  model built on meta and sharded (FSDP2, FSDP1) or not, each rank reading
+  only its shard's bytes (:mod:`ferry.load`).
 * errors: :class:`FerryError` and its subclasses.
 
 Optional, imported on its own: ``ferry.ray`` (needs Ray) - :func:`ferry.ray.prepare`
@@ -37,9 +40,10 @@ runs ``dataprep --part I/N`` as Ray tasks over a cluster, then ``dataprep commit
 """
 
 from .dist import DistInfo, resolve as resolve_dist
-from .errors import (DaemonGone, FerryError, ManifestError, MissingManifestError, MissingShardError, PackingError,
-                     ProtocolError, ServeError, ShardError, StateError)
+from .errors import (CheckpointError, DaemonGone, FerryError, LoadError, ManifestError, MissingManifestError,
+                     MissingShardError, PackingError, ProtocolError, ServeError, ShardError, StateError)
 from .hf import to_hf_dataset
+from .load import load_pretrained
 from .loader import DataLoader, Loader, to_device
 from .order import EpochOrder
 from .packing import causal_lm_loss, check_packing, loss_tokens
@@ -51,6 +55,9 @@ from .shards import Manifest, ShardFile, ShardSet, data_dir_mismatches, read_man
 Loader.register(ServeLoader)
 
 __all__ = [
+    "CheckpointError",
+    "LoadError",
+    "load_pretrained",
     "DaemonGone",
     "DataLoader",
     "DistInfo",

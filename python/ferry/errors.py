@@ -55,3 +55,15 @@ class DaemonGone(ServeError, ConnectionError):
 
 class ProtocolError(ServeError):
     """The peer does not speak this protocol version, or sent bad bytes."""
+
+
+class CheckpointError(FerryError, ValueError):
+    """A safetensors checkpoint is malformed: a truncated file, a header or
+    data offsets past the end of the file, a bad dtype or shape. The message
+    names the file and the tensor."""
+
+
+class LoadError(FerryError, ValueError):
+    """A checkpoint does not fit the model :func:`ferry.load_pretrained` was
+    given (missing or unexpected keys, a shape or dtype mismatch), or the
+    model's form is not supported."""
