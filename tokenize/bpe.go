@@ -11,10 +11,10 @@ import (
 // (the byte-level characters of tokenizer.json decoded), so that the text is
 // never converted to byte-level characters.
 type bpeModel struct {
-	vocab        map[string]int32 // raw bytes -> id, byte-level tokens only
-	byteID       [256]int32       // id of each single byte, -1 when absent
-	merges       mergeTable       // left<<32|right -> rank<<32|merged
-	bytePairs    []uint64         // byte<<8|byte -> the merge of their ids (noRank<<32: none); nil when charLevel
+	vocab        vocabIndex // raw bytes -> id, byte-level tokens only
+	byteID       [256]int32 // id of each single byte, -1 when absent
+	merges       mergeTable // left<<32|right -> rank<<32|merged
+	bytePairs    []uint64   // byte<<8|byte -> the merge of their ids (noRank<<32: none); nil when charLevel
 	ignoreMerges bool
 	unkID        int32 // -1 when there is no unk_token
 	fuseUnk      bool
@@ -87,7 +87,7 @@ const heapThreshold = 48
 // appendBPE appends the ids of one pre-token (raw bytes) to dst.
 func (m *bpeModel) appendBPE(dst []int32, word string, sc *scratch) []int32 {
 	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
+		if id, ok := m.vocab.get(word); ok {
 			return append(dst, id)
 		}
 	}

@@ -36,6 +36,15 @@ func loadModel(t testing.TB, model string) *Tokenizer {
 		return v.(*Tokenizer)
 	}
 	tok, err := Load(filepath.Join(fixtures, model))
+	if err == nil && !tok.compiled {
+		// The first Load parsed and wrote the compiled cache (TestMain
+		// points it at a temporary directory): the tests use what a second
+		// Load reads from it, and TestCompiledSame holds it to the parse.
+		tok, err = Load(filepath.Join(fixtures, model))
+		if err == nil && !tok.compiled {
+			t.Fatalf("%s: the second Load did not read the compiled cache", model)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

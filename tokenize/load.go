@@ -34,7 +34,8 @@ const MaxFileSize = 1 << 30
 // Load reads a Hugging Face tokenizer.json. path is the file itself
 // (tokenizer.json or tokenizer.json.zst) or a directory holding either; for a
 // directory, tokenizer_config.json, when present, names the BOS, EOS and pad
-// tokens reported by Special.
+// tokens reported by Special. Load goes through the compiled cache (see
+// the package doc): a second Load of the same file takes milliseconds.
 func Load(path string) (*Tokenizer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -55,13 +56,9 @@ func Load(path string) (*Tokenizer, error) {
 	} else {
 		cfgPath = filepath.Join(filepath.Dir(path), "tokenizer_config.json")
 	}
-	data, err := readMaybeZstd(path)
+	t, err := loadFile(path)
 	if err != nil {
 		return nil, err
-	}
-	t, err := parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if cfg, err := os.ReadFile(cfgPath); err == nil {
 		if err := t.applyConfig(cfg); err != nil {
@@ -73,12 +70,69 @@ func Load(path string) (*Tokenizer, error) {
 	return t, nil
 }
 
+// loadFile loads the tokenizer.json (or .zst) at path through the compiled
+// cache (compiled.go): its tables are read from there when a valid entry
+// for these bytes exists; else the file is parsed and the entry written.
+// Nothing about the cache makes Load fail.
+func loadFile(path string) (*Tokenizer, error) {
+	raw, err := readSource(path)
+	if err != nil {
+		return nil, err
+	}
+	dir := cacheDir()
+	if dir == "" {
+		return parseSource(path, raw)
+	}
+	key := sourceKey(raw)
+	cpath := filepath.Join(dir, compiledName(key))
+	if b, err := readCompiledFile(cpath); err == nil {
+		if t, err := readCompiled(b, key, cpath); err == nil {
+			return t, nil
+		}
+	}
+	data, err := decompress(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	t, mt, rest, err := parseTables(data, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if mt != nil {
+		_ = writeCompiled(cpath, appendCompiled(nil, key, t.sha, rest, mt))
+	}
+	return t, nil
+}
+
+// parseSource parses the bytes of the file at path.
+func parseSource(path string, raw []byte) (*Tokenizer, error) {
+	data, err := decompress(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	t, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
 // New parses the bytes of a tokenizer.json (uncompressed).
 func New(data []byte) (*Tokenizer, error) {
 	return parse(data)
 }
 
+// readMaybeZstd reads the file at path, decompressed when its name ends in .zst.
 func readMaybeZstd(path string) ([]byte, error) {
+	raw, err := readSource(path)
+	if err != nil {
+		return nil, err
+	}
+	return decompress(path, raw)
+}
+
+// readSource reads the file at path as it is stored.
+func readSource(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
@@ -97,6 +151,13 @@ func readMaybeZstd(path string) ([]byte, error) {
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
 	}
+	return data, nil
+}
+
+// decompress returns data, the bytes of the file at path, decompressed when
+// the name ends in .zst.
+func decompress(path string, data []byte) ([]byte, error) {
+	tooBig := fmt.Errorf("tokenize: %s: larger than %d bytes", path, MaxFileSize)
 	if !strings.HasSuffix(path, ".zst") {
 		return data, nil
 	}
@@ -200,9 +261,16 @@ func component(m json.RawMessage, path string, v any) (string, error) {
 // is unusual or wrong: then the caller decodes the slow way, which gives the
 // error messages.
 func decodeFast(data []byte, f *fileJSON) bool {
+	_, ok := decodeFastRest(data, f)
+	return ok
+}
+
+// decodeFastRest is decodeFast, returning also the document without the
+// model's tables (both replaced by null).
+func decodeFastRest(data []byte, f *fileJSON) (rest []byte, ok bool) {
 	rest, vs, ms, ok := splitModelTables(data)
 	if !ok || string(data[vs.lo:vs.hi]) == "null" || string(data[ms.lo:ms.hi]) == "null" {
-		return false
+		return nil, false
 	}
 	var vocab vocabJSON
 	var merges mergesJSON
@@ -218,30 +286,54 @@ func decodeFast(data []byte, f *fileJSON) bool {
 	errR := json.Unmarshal(rest, &g)
 	wg.Wait()
 	if errV != nil || errM != nil || errR != nil || g.Model == nil {
-		return false
+		return nil, false
 	}
 	g.Model.Vocab, g.Model.Merges = &vocab, merges
 	*f = g
-	return true
+	return rest, true
 }
 
 func parse(data []byte) (*Tokenizer, error) {
+	t, _, _, err := parseTables(data, false)
+	return t, err
+}
+
+// parseTables parses a tokenizer.json. With keep, it also returns the model's
+// tables and the document without them (rest), for the compiled cache; both
+// are nil when the document took the slow way (an unusual layout).
+func parseTables(data []byte, keep bool) (*Tokenizer, *modelTables, []byte, error) {
 	var f fileJSON
-	if decodeFast(data, &f) {
-		// decoded
-	} else if err := json.Unmarshal(data, &f); err != nil {
-		var se *json.SyntaxError
-		var pe *pathError
-		if errors.As(err, &pe) {
-			return nil, corrupt(pe.path, "%v", pe.err)
+	rest, ok := decodeFastRest(data, &f)
+	if !ok {
+		rest = nil
+		if err := json.Unmarshal(data, &f); err != nil {
+			var se *json.SyntaxError
+			var pe *pathError
+			if errors.As(err, &pe) {
+				return nil, nil, nil, corrupt(pe.path, "%v", pe.err)
+			}
+			if errors.As(err, &se) {
+				return nil, nil, nil, corrupt("$", "byte %d: %v", se.Offset, err)
+			}
+			return nil, nil, nil, corrupt("$", "%v", err)
 		}
-		if errors.As(err, &se) {
-			return nil, corrupt("$", "byte %d: %v", se.Offset, err)
-		}
-		return nil, corrupt("$", "%v", err)
 	}
 	sum := sha256.Sum256(data)
 	t := &Tokenizer{sha: hex.EncodeToString(sum[:])}
+	mt, err := t.build(&f, nil, keep && rest != nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if mt == nil {
+		rest = nil
+	}
+	return t, mt, rest, nil
+}
+
+// build makes t from a decoded tokenizer.json. The model's tables come from
+// f.Model, or from tables (the compiled cache) when it is not nil; keep
+// returns them as built.
+func (t *Tokenizer) build(f *fileJSON, tables *modelTables, keep bool) (*modelTables, error) {
 	if !isNull(f.Truncation) {
 		return nil, unsupported("$.truncation", "truncation is not supported (set it to null)")
 	}
@@ -257,8 +349,12 @@ func parse(data []byte) (*Tokenizer, error) {
 	if err := t.parsePreTokenizer(f.PreTokenizer, "$.pre_tokenizer"); err != nil {
 		return nil, err
 	}
-	if err := t.parseModel(f.Model, "$.model"); err != nil {
+	if err := t.parseModel(f.Model, "$.model", tables); err != nil {
 		return nil, err
+	}
+	var mt *modelTables
+	if keep {
+		mt = t.snapshotTables()
 	}
 	if err := t.parseAdded(f.AddedTokens); err != nil {
 		return nil, err
@@ -270,7 +366,10 @@ func parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.finish()
-	return t, nil
+	if mt != nil {
+		mt.bytePairs = t.model.bytePairs
+	}
+	return mt, nil
 }
 
 func (t *Tokenizer) parseNormalizer(m json.RawMessage, path string) error {
@@ -493,7 +592,9 @@ type modelJSON struct {
 	Merges                  mergesJSON `json:"merges"`
 }
 
-func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
+// parseModel builds the model from v, or installs tables (the compiled
+// cache) when they are not nil: v's settings are checked and used either way.
+func (t *Tokenizer) parseModel(v *modelJSON, path string, tables *modelTables) error {
 	if typ := v.Type; typ != "BPE" {
 		return unsupported(path+".type", "model %q (only BPE)", typ)
 	}
@@ -506,19 +607,21 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string) error {
 	if v.EndOfWordSuffix != nil && *v.EndOfWordSuffix != "" {
 		return unsupported(path+".end_of_word_suffix", "%q", *v.EndOfWordSuffix)
 	}
-	if v.Vocab == nil {
-		return corrupt(path+".vocab", "missing")
-	}
 	bm := &t.model
 	bm.ignoreMerges = v.IgnoreMerges
 	bm.fuseUnk = v.FuseUnk
 	bm.byteFallback = v.ByteFallback
 	bm.charLevel = !t.byteLevel
+	if tables != nil {
+		return t.installTables(tables)
+	}
+	if v.Vocab == nil {
+		return corrupt(path+".vocab", "missing")
+	}
 	if v.Vocab.m == nil {
 		v.Vocab.index()
 	}
 	vocab := v.Vocab.m
-	bm.vocab = make(map[string]int32, len(vocab))
 	for i := range bm.byteID {
 		bm.byteID[i] = -1
 	}
@@ -592,11 +695,11 @@ func (t *Tokenizer) buildVocab(toks []string, ids []int32, maxID int32, path str
 			}
 			t.isToken[id] = true
 			t.tokens[id], t.decoded[id] = tok, tok
-			bm.vocab[tok] = id
 			if len(tok) == 1 && tok[0] < utf8.RuneSelf {
 				bm.byteID[tok[0]] = id
 			}
 		}
+		bm.vocab = newVocabIndex(t.decoded, func(id int) bool { return t.isToken[id] })
 		bm.initCharLevel()
 		return nil
 	}
@@ -624,11 +727,11 @@ func (t *Tokenizer) buildVocab(toks []string, ids []int32, maxID int32, path str
 			t.oddTokens[t.tokens[id]] = int32(id)
 			continue
 		}
-		bm.vocab[dec] = int32(id)
 		if len(dec) == 1 {
 			bm.byteID[dec[0]] = int32(id)
 		}
 	}
+	bm.vocab = newVocabIndex(t.decoded, func(id int) bool { return t.isToken[id] && !odd[id] })
 	return nil
 }
 
@@ -683,8 +786,7 @@ func (t *Tokenizer) parseAdded(list []addedToken) error {
 	modelSize := int32(t.vocabSize)
 	modelID := func(content string) (int32, bool) {
 		if t.model.charLevel {
-			id, ok := t.model.vocab[content]
-			return id, ok
+			return t.model.vocab.get(content)
 		}
 		if id, ok := t.oddTokens[content]; ok {
 			return id, true
@@ -693,7 +795,7 @@ func (t *Tokenizer) parseAdded(list []addedToken) error {
 		if !ok {
 			return -1, false
 		}
-		id, ok := t.model.vocab[string(raw)]
+		id, ok := t.model.vocab.get(string(raw))
 		return id, ok && t.tokens[id] == content
 	}
 	t.addedByContent = map[string]int32{}
@@ -749,10 +851,10 @@ func (t *Tokenizer) parseAdded(list []addedToken) error {
 			classics = append(classics, a)
 		}
 	}
-	for int32(len(t.tokens)) <= maxAdded {
-		t.tokens = append(t.tokens, "")
-		t.decoded = append(t.decoded, "")
-		t.isToken = append(t.isToken, false)
+	if more := int(maxAdded) + 1 - len(t.tokens); more > 0 {
+		t.tokens = append(t.tokens, make([]string, more)...)
+		t.decoded = append(t.decoded, make([]string, more)...)
+		t.isToken = append(t.isToken, make([]bool, more)...)
 	}
 	extra := 0
 	for id, a := range t.addedByID {
@@ -775,9 +877,20 @@ func (t *Tokenizer) parseAdded(list []addedToken) error {
 		t.decoded[id] = string(raw)
 	}
 	t.vocabSize += extra
+	// A token is special when its string is a special content: the set is
+	// looked up only for the strings whose first byte and length some
+	// special content has (150,000 map lookups would cost milliseconds).
+	var first [256]bool
+	var lens [256]bool // lens[n]: a special content of n bytes; lens[255]: of 255 or more
+	for c := range specialSet {
+		first[c[0]] = true
+		lens[min(len(c), 255)] = true
+	}
 	t.isSpecial = make([]bool, len(t.tokens))
-	for id := range t.tokens {
-		t.isSpecial[id] = t.isToken[id] && specialSet[t.tokens[id]]
+	for id, tok := range t.tokens {
+		if tok != "" && first[tok[0]] && lens[min(len(tok), 255)] && t.isToken[id] {
+			t.isSpecial[id] = specialSet[tok]
+		}
 	}
 	var rawToks, normToks []*addedToken
 	for _, a := range append(specials, classics...) {

@@ -11,13 +11,10 @@ import (
 // per lookup, where a Go map costs several times the instructions on the
 // BPE step's hot path (every pair of every word not yet cached).
 type mergeTable struct {
-	slots []mergeSlot
-	shift uint // 64 - log2(len(slots))
-}
-
-type mergeSlot struct {
-	key uint64 // pairKey | mergeUsed; 0 = empty
-	val uint64
+	// slots are pairs of words: key (pairKey | mergeUsed; 0 = empty), val.
+	// A flat []uint64, so that the compiled cache can hold it as it is.
+	slots []uint64
+	shift uint // 64 - log2(len(slots)/2)
 }
 
 // mergeUsed marks a filled slot: pairKey of two non-negative int32 ids
@@ -26,7 +23,7 @@ const mergeUsed = 1 << 63
 
 func newMergeTable(n int) mergeTable {
 	size := 1 << max(4, bits.Len(uint(n+n/3))) // load factor at most 3/4
-	return mergeTable{slots: make([]mergeSlot, size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
+	return mergeTable{slots: make([]uint64, 2*size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
 }
 
 func (t *mergeTable) index(key uint64) uint64 {
@@ -37,11 +34,11 @@ func (t *mergeTable) index(key uint64) uint64 {
 // of a repeated pair wins, as in HF tokenizers' merges map).
 func (t *mergeTable) set(key, val uint64) {
 	key |= mergeUsed
-	mask := uint64(len(t.slots) - 1)
+	mask := uint64(len(t.slots)/2 - 1)
 	for i := t.index(key); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == 0 || s.key == key {
-			s.key, s.val = key, val
+		s := t.slots[2*i : 2*i+2 : 2*i+2]
+		if s[0] == 0 || s[0] == key {
+			s[0], s[1] = key, val
 			return
 		}
 	}
@@ -49,13 +46,13 @@ func (t *mergeTable) set(key, val uint64) {
 
 func (t *mergeTable) get(key uint64) (uint64, bool) {
 	key |= mergeUsed
-	mask := uint64(len(t.slots) - 1)
+	mask := uint64(len(t.slots)/2 - 1)
 	for i := t.index(key); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == key {
-			return s.val, true
+		s := t.slots[2*i : 2*i+2 : 2*i+2]
+		if s[0] == key {
+			return s[1], true
 		}
-		if s.key == 0 {
+		if s[0] == 0 {
 			return 0, false
 		}
 	}

@@ -113,7 +113,7 @@ func (t *Tokenizer) normalizeState(s string, ascii bool, sc *state) string {
 func (m *bpeModel) initCharLevel() {
 	for b := range m.fallbackID {
 		m.fallbackID[b] = -1
-		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+		if id, ok := m.vocab.get(fmt.Sprintf("<0x%02X>", b)); ok {
 			m.fallbackID[b] = id
 		}
 	}
@@ -122,13 +122,14 @@ func (m *bpeModel) initCharLevel() {
 	// BPE over the whole. ignore_merges looks the whole word up, so it
 	// needs the whole word.
 	m.symCut = !m.ignoreMerges
-	for tok := range m.vocab {
+	m.vocab.all(func(tok string, _ int32) bool {
 		rest := strings.TrimLeft(tok, sym)
 		if strings.Contains(rest, sym) {
 			m.symCut = false
-			break
+			return false
 		}
-	}
+		return true
+	})
 }
 
 // initialChars is initial for a character-level vocabulary, as HF's BPE
@@ -146,7 +147,7 @@ func (m *bpeModel) initialChars(sc *scratch, word string) []int32 {
 			id = m.byteID[c]
 		} else {
 			_, n = utf8.DecodeRuneInString(word[i:])
-			if v, ok := m.vocab[word[i:i+n]]; ok {
+			if v, ok := m.vocab.get(word[i : i+n]); ok {
 				id = v
 			}
 		}
@@ -206,7 +207,7 @@ const (
 // text) and "▁" in the vocabulary.
 func (t *Tokenizer) initSPView() {
 	m := &t.model
-	symID, ok := m.vocab[sym]
+	symID, ok := m.vocab.get(sym)
 	if !m.charLevel || !m.symCut || !ok || !t.normTrie.empty() || len(t.stages) > 0 {
 		return
 	}

@@ -61,6 +61,8 @@ type Tokenizer struct {
 
 	special Special
 	states  statePool
+	// compiled: the model's tables were read from the compiled cache
+	compiled bool
 }
 
 // preStage is one step of the pre-tokenizer.
@@ -94,7 +96,9 @@ func (t *Tokenizer) finish() {
 		t.asciiStable = t.asciiStable && n.isForm
 	}
 	t.initSPView()
-	t.model.buildBytePairs()
+	if t.model.bytePairs == nil { // the compiled cache has them
+		t.model.buildBytePairs()
+	}
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
 	// An added token by its content (t.tokens has Llama-2's "▁<s>").
@@ -142,8 +146,7 @@ func (t *Tokenizer) TokenID(token string) (int32, bool) {
 		return id, true
 	}
 	if t.model.charLevel {
-		id, ok := t.model.vocab[token]
-		return id, ok
+		return t.model.vocab.get(token)
 	}
 	if id, ok := t.oddTokens[token]; ok {
 		return id, true
@@ -152,7 +155,7 @@ func (t *Tokenizer) TokenID(token string) (int32, bool) {
 	if !ok {
 		return -1, false
 	}
-	id, ok := t.model.vocab[string(raw)]
+	id, ok := t.model.vocab.get(string(raw))
 	if !ok || t.tokens[id] != token {
 		return -1, false
 	}

@@ -1,0 +1,544 @@
+package tokenize
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/ferryml/ferry/tokenize/internal/le"
+)
+
+// The compiled cache. Most of Load's time goes into the model's vocab and
+// merges: reading them from JSON and resolving 150,000-280,000 merges to
+// ids through string lookups. Load keeps what it builds from them (the
+// tables below) in a file named after the SHA-256 of the tokenizer file's
+// bytes, and a later Load of the same bytes reads the tables back with no
+// parsing and no string hashing; the rest of tokenizer.json (normalizer,
+// pre-tokenizer, added tokens, post-processor, decoder: a few kilobytes) is
+// stored beside them and parsed as usual, so there is one code path for it.
+//
+// The file is untrusted: it is read only when its magic, version, the
+// SHA-256 of the source it names, the CRC-32C of its body and every length,
+// offset and id in it check out; anything else (a stale, truncated or
+// corrupt file, an unreadable or read-only directory) makes Load parse
+// tokenizer.json and, where it can, write the file again. Writes go to a
+// temporary file renamed into place, so readers never see half a file.
+//
+// Layout (all integers little-endian; the tables are used in place where
+// the machine is little-endian, see internal/le):
+//
+//	offset size
+//	0      8    magic "FERRYTOK"
+//	8      4    version (compiledVersion)
+//	12     4    0
+//	16     32   SHA-256 of the source file's bytes as stored (tokenizer.json or .zst)
+//	48     32   SHA-256 of the decompressed tokenizer.json (Tokenizer.SHA256)
+//	80     8    body length
+//	88     4    CRC-32C (Castagnoli) of the body
+//	92     4    CRC-32C of bytes 0-91
+//	96     body: sections, each a u64 length, that many bytes, and zeros to the
+//	       next multiple of 8, in this order:
+//	       rest       tokenizer.json with model.vocab and model.merges replaced by null
+//	       scalars    8 u32: vocabSize, nIDs, unkID (-1: none), flags (1 charLevel,
+//	                  2 symCut), vocab index shift, vocab index count, merge table shift, 0
+//	       tokEnds    nIDs+1 u32: id's token (as in tokenizer.json) is tokArena[tokEnds[id]:tokEnds[id+1]]
+//	       tokArena   the tokens, concatenated
+//	       keyEnds    nIDs+1 u32, and
+//	       keys       each id's decoded bytes (the vocabulary index's keys)
+//	       idFlags    nIDs bytes: 1 the id exists, 2 not a byte-level string (oddTokens)
+//	       vocabSlots u64 each: tag<<32 | id, 0 empty
+//	       byteID     256 i32
+//	       fallbackID 256 i32
+//	       mergeSlots u64 pairs: pair key, rank<<32 | merged id; key 0 empty
+//	       bytePairs  0 or 65,536 u64
+//
+// compiledVersion changes whenever the layout, or what Load builds into
+// these tables, changes: a file of another version is not read.
+const (
+	compiledMagic   = "FERRYTOK"
+	compiledVersion = 1
+	compiledHeader  = 96
+	// maxCompiledSize bounds the cache file read (the largest real one,
+	// Llama-3.1's, is about 20 MB).
+	maxCompiledSize = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// cacheDir returns the directory of compiled tokenizers, "" when caching is
+// off: $FERRY_TOKENIZER_CACHE when set ("off" turns the cache off), else
+// $FERRY_CACHE/tokenize, else ~/.cache/ferry/tokenize.
+func cacheDir() string {
+	switch v := os.Getenv("FERRY_TOKENIZER_CACHE"); v {
+	case "off":
+		return ""
+	case "":
+	default:
+		return v
+	}
+	if c := os.Getenv("FERRY_CACHE"); c != "" {
+		return filepath.Join(c, "tokenize")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "ferry", "tokenize")
+}
+
+// compiledName is the cache file name for a source of SHA-256 key.
+func compiledName(key [32]byte) string {
+	return fmt.Sprintf("%s.v%d.ferrytok", hex.EncodeToString(key[:]), compiledVersion)
+}
+
+// modelTables is what parseModel builds from the model's vocab and merges
+// (and finish the byte pairs from them), before the added tokens change
+// tokens and decoded: what the compiled cache stores.
+type modelTables struct {
+	vocabSize          int
+	unkID              int32
+	charLevel, symCut  bool
+	tokens             []string // decoded[id] is vocab.key(id)
+	isToken, odd       []bool
+	vocab              vocabIndex
+	byteID, fallbackID [256]int32
+	merges             mergeTable
+	bytePairs          []uint64
+}
+
+// snapshotTables copies the tables right after parseModel.
+func (t *Tokenizer) snapshotTables() *modelTables {
+	bm := &t.model
+	mt := &modelTables{vocabSize: t.vocabSize, unkID: bm.unkID, charLevel: bm.charLevel, symCut: bm.symCut,
+		tokens: slices.Clone(t.tokens), isToken: slices.Clone(t.isToken),
+		odd: make([]bool, len(t.tokens)), vocab: bm.vocab, byteID: bm.byteID, fallbackID: bm.fallbackID, merges: bm.merges}
+	for _, id := range t.oddTokens {
+		mt.odd[id] = true
+	}
+	return mt
+}
+
+// installTables is parseModel's work done from a compiled cache: the
+// tables are t's and t.model's.
+func (t *Tokenizer) installTables(mt *modelTables) error {
+	bm := &t.model
+	if mt.charLevel != bm.charLevel {
+		return corrupt("compiled", "the model is character-level: %v, the pre-tokenizer says %v", mt.charLevel, bm.charLevel)
+	}
+	t.vocabSize = mt.vocabSize
+	bm.unkID, bm.symCut = mt.unkID, mt.symCut
+	bm.vocab, bm.byteID, bm.fallbackID, bm.merges, bm.bytePairs = mt.vocab, mt.byteID, mt.fallbackID, mt.merges, mt.bytePairs
+	t.tokens, t.isToken = mt.tokens, mt.isToken
+	t.decoded = make([]string, len(mt.tokens), cap(mt.tokens))
+	for id := range t.decoded {
+		t.decoded[id] = mt.vocab.key(uint32(id))
+	}
+	t.oddTokens = map[string]int32{}
+	for id, odd := range mt.odd {
+		if odd {
+			t.oddTokens[t.tokens[id]] = int32(id)
+		}
+	}
+	return nil
+}
+
+// appendCompiled appends the compiled form of a tokenizer: src is the
+// SHA-256 of the source file, sha the hex SHA-256 of tokenizer.json, rest
+// the document without the model's tables.
+func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *modelTables) []byte {
+	le := binary.LittleEndian
+	sum, err := hex.DecodeString(sha)
+	if err != nil || len(sum) != 32 {
+		panic("tokenize: bad sha " + sha)
+	}
+	start := len(dst)
+	dst = append(dst, compiledMagic...)
+	dst = le.AppendUint32(dst, compiledVersion)
+	dst = le.AppendUint32(dst, 0)
+	dst = append(dst, src[:]...)
+	dst = append(dst, sum...)
+	dst = append(dst, make([]byte, 16)...) // body length and the CRCs, below
+	body := len(dst)
+	var end int
+	section := func(n int) { // a section of n bytes follows
+		dst = le.AppendUint64(dst, uint64(n))
+		end = len(dst) + n
+	}
+	pad := func() {
+		if len(dst) != end {
+			panic("tokenize: compiled section length")
+		}
+		for (len(dst)-start)%8 != 0 {
+			dst = append(dst, 0)
+		}
+	}
+	u32s := func(v []uint32) {
+		section(4 * len(v))
+		for _, x := range v {
+			dst = le.AppendUint32(dst, x)
+		}
+		pad()
+	}
+	u64s := func(v []uint64) {
+		section(8 * len(v))
+		for _, x := range v {
+			dst = le.AppendUint64(dst, x)
+		}
+		pad()
+	}
+	section(len(rest))
+	dst = append(dst, rest...)
+	pad()
+	var flags uint32
+	if mt.charLevel {
+		flags |= 1
+	}
+	if mt.symCut {
+		flags |= 2
+	}
+	u32s([]uint32{uint32(mt.vocabSize), uint32(len(mt.tokens)), uint32(mt.unkID), flags,
+		uint32(mt.vocab.shift), uint32(mt.vocab.n), uint32(mt.merges.shift), 0})
+	ends := make([]uint32, len(mt.tokens)+1)
+	size := 0
+	for id, tok := range mt.tokens {
+		size += len(tok)
+		ends[id+1] = uint32(size)
+	}
+	u32s(ends)
+	section(size)
+	for _, tok := range mt.tokens {
+		dst = append(dst, tok...)
+	}
+	pad()
+	u32s(mt.vocab.ends)
+	section(len(mt.vocab.keys))
+	dst = append(dst, mt.vocab.keys...)
+	pad()
+	section(len(mt.tokens))
+	for id := range mt.tokens {
+		var f byte
+		if mt.isToken[id] {
+			f |= 1
+		}
+		if mt.odd[id] {
+			f |= 2
+		}
+		dst = append(dst, f)
+	}
+	pad()
+	u64s(mt.vocab.slots)
+	for _, ids := range []*[256]int32{&mt.byteID, &mt.fallbackID} {
+		v := make([]uint32, 256)
+		for i, id := range ids {
+			v[i] = uint32(id)
+		}
+		u32s(v)
+	}
+	u64s(mt.merges.slots)
+	u64s(mt.bytePairs)
+	h := dst[start : start+compiledHeader]
+	le.PutUint64(h[80:], uint64(len(dst)-body))
+	le.PutUint32(h[88:], crc32.Checksum(dst[body:], castagnoli))
+	le.PutUint32(h[92:], crc32.Checksum(h[:92], castagnoli))
+	return dst
+}
+
+// compiledReader reads the sections of a compiled body; the first error sticks.
+type compiledReader struct {
+	b    []byte
+	off  int
+	name string
+	err  error
+}
+
+func (r *compiledReader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = &CorruptError{Kind: ErrCorrupt, Path: r.name, Offset: int64(r.off), What: fmt.Sprintf(format, args...)}
+	}
+}
+
+// section returns the next section, which must be n bytes long when n >= 0
+// (and a multiple of unit), and skips its padding.
+func (r *compiledReader) section(what string, n, unit int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b)-r.off < 8 {
+		r.fail("%s: want a section length, the file ends", what)
+		return nil
+	}
+	size := binary.LittleEndian.Uint64(r.b[r.off:])
+	left := uint64(len(r.b) - r.off - 8)
+	switch {
+	case size > left || (size+7)&^7 > left:
+		r.fail("%s: section of %d bytes, %d left in the file", what, size, left)
+		return nil
+	case n >= 0 && size != uint64(n):
+		r.fail("%s: section of %d bytes, want %d", what, size, n)
+		return nil
+	case size%uint64(unit) != 0:
+		r.fail("%s: section of %d bytes, not a multiple of %d", what, size, unit)
+		return nil
+	}
+	r.off += 8
+	s := r.b[r.off : r.off+int(size) : r.off+int(size)]
+	r.off += int(size+7) &^ 7
+	return s
+}
+
+// ends reads a section of n+1 u32 ends into an arena: from 0, never
+// decreasing (arena checks the last one).
+func (r *compiledReader) ends(what string, n int) []uint32 {
+	b := r.section(what, 4*(n+1), 4)
+	if r.err != nil {
+		return nil
+	}
+	ends := le.Uint32s(b)
+	prev := uint32(0)
+	bad := ends[0] != 0
+	for _, e := range ends {
+		bad = bad || e < prev
+		prev = e
+	}
+	if bad {
+		r.fail("%s: not ascending from 0", what)
+	}
+	return ends
+}
+
+// arena reads the section the ends index.
+func (r *compiledReader) arena(what string, ends []uint32) string {
+	b := r.section(what, -1, 1)
+	if r.err != nil {
+		return ""
+	}
+	if uint64(ends[len(ends)-1]) != uint64(len(b)) {
+		r.fail("%s: %d bytes, the ends say %d", what, len(b), ends[len(ends)-1])
+	}
+	return le.String(b)
+}
+
+// tableShift checks that a table of n slots is a power of two from 16 and
+// that shift is 64 - log2(n).
+func (r *compiledReader) tableShift(what string, n int, shift uint32) uint {
+	if n < 16 || n&(n-1) != 0 || uint(shift) != uint(64-bits.TrailingZeros(uint(n))) {
+		r.fail("%s: %d slots with shift %d", what, n, shift)
+	}
+	return uint(shift)
+}
+
+// readCompiled reads a compiled tokenizer whose source has SHA-256 src; it
+// fails with a *CorruptError (ErrCorrupt) on anything it does not expect.
+// name is for the errors.
+func readCompiled(b []byte, src [32]byte, name string) (*Tokenizer, error) {
+	le := binary.LittleEndian
+	bad := func(off int, format string, args ...any) error {
+		return &CorruptError{Kind: ErrCorrupt, Path: name, Offset: int64(off), What: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case len(b) < compiledHeader:
+		return nil, bad(0, "%d bytes, shorter than the %d-byte header", len(b), compiledHeader)
+	case string(b[:8]) != compiledMagic:
+		return nil, bad(0, "magic %q, want %q", b[:8], compiledMagic)
+	case crc32.Checksum(b[:92], castagnoli) != le.Uint32(b[92:]):
+		return nil, bad(92, "header checksum mismatch")
+	case le.Uint32(b[8:]) != compiledVersion:
+		return nil, bad(8, "version %d, want %d", le.Uint32(b[8:]), compiledVersion)
+	case !bytes.Equal(b[16:48], src[:]):
+		return nil, bad(16, "made from a source of SHA-256 %x, this one is %x (stale)", b[16:48], src)
+	case le.Uint64(b[80:]) != uint64(len(b)-compiledHeader):
+		return nil, bad(80, "body of %d bytes, the file has %d after the header", le.Uint64(b[80:]), len(b)-compiledHeader)
+	case crc32.Checksum(b[compiledHeader:], castagnoli) != le.Uint32(b[88:]):
+		return nil, bad(88, "body checksum mismatch")
+	}
+	return readCompiledBody(b[compiledHeader:], hex.EncodeToString(b[48:80]), name)
+}
+
+// readCompiledBody reads a body whose checksum checked out: every length,
+// offset and id is still checked (FuzzCompiled feeds it bodies with valid
+// checksums). The tables alias body, which must not change afterwards. sha
+// is Tokenizer.SHA256.
+func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
+	r := &compiledReader{b: body, name: name}
+	rest := r.section("rest", -1, 1)
+	scb := r.section("scalars", 32, 4)
+	if r.err != nil {
+		return nil, r.err
+	}
+	sc := le.CopyUint32s(scb)
+	vocabSize, nIDs, unkID, flags := int(sc[0]), int(sc[1]), int32(sc[2]), sc[3]
+	// Each id costs at least 9 bytes of the file (two ends and a flag byte):
+	// nIDs cannot ask for more memory than the file's size does.
+	if nIDs > len(body)/9 || vocabSize > nIDs || unkID < -1 || int(unkID) >= nIDs || flags > 3 || sc[7] != 0 {
+		r.fail("scalars: vocabulary of %d, %d ids, unk %d, flags %d", vocabSize, nIDs, unkID, flags)
+		return nil, r.err
+	}
+	mt := &modelTables{vocabSize: vocabSize, unkID: unkID, charLevel: flags&1 != 0, symCut: flags&2 != 0}
+	tokEnds := r.ends("tokEnds", nIDs)
+	tokArena := r.arena("tokArena", tokEnds)
+	v := vocabIndex{n: int(sc[5])}
+	v.ends = r.ends("keyEnds", nIDs)
+	v.keys = r.arena("keys", v.ends)
+	idFlags := r.section("idFlags", nIDs, 1)
+	vs := r.section("vocabSlots", -1, 8)
+	if r.err != nil {
+		return nil, r.err
+	}
+	var f fileJSON
+	if err := json.Unmarshal(rest, &f); err != nil {
+		return nil, corrupt(name, "rest: %v", err)
+	}
+	if f.Model == nil || f.Model.Vocab != nil || len(f.Model.Merges.pairs) != 0 {
+		return nil, corrupt(name, "rest: the model is missing or has its tables")
+	}
+	// Room for the added tokens' ids, which parseAdded appends.
+	room := nIDs + min(len(f.AddedTokens), nIDs+1)
+	mt.tokens = make([]string, nIDs, room)
+	for id := range mt.tokens {
+		mt.tokens[id] = tokArena[tokEnds[id]:tokEnds[id+1]]
+	}
+	mt.isToken, mt.odd = make([]bool, nIDs, room), make([]bool, nIDs)
+	var allFlags byte
+	for id, f := range idFlags {
+		allFlags |= f
+		mt.isToken[id], mt.odd[id] = f&1 != 0, f&2 != 0
+	}
+	if allFlags > 3 {
+		r.fail("idFlags: flags other than 1 and 2")
+	}
+	v.slots = le.Uint64s(vs)
+	v.shift = r.tableShift("vocabSlots", len(v.slots), sc[4])
+	filled, bad := 0, false
+	for _, e := range v.slots {
+		if e != 0 {
+			filled++
+			bad = bad || e&(1<<32) == 0 || uint32(e) >= uint32(nIDs)
+		}
+	}
+	if bad || filled >= len(v.slots) || filled != v.n {
+		r.fail("vocabSlots: %d of %d slots filled, %d keys; tags and ids valid: %v", filled, len(v.slots), v.n, !bad)
+	}
+	mt.vocab = v
+	validID := func(id int32) bool { return id >= 0 && int(id) < nIDs }
+	for k, dst := range []*[256]int32{&mt.byteID, &mt.fallbackID} {
+		b := r.section("byteID", 4*256, 4)
+		if r.err != nil {
+			return nil, r.err
+		}
+		for i, x := range le.CopyUint32s(b) {
+			id := int32(x)
+			if id != -1 && !validID(id) && !(k == 1 && id == 0) {
+				r.fail("byte %d: id %d of %d", i, id, nIDs)
+			}
+			dst[i] = id
+		}
+	}
+	ms := r.section("mergeSlots", -1, 16)
+	if r.err != nil {
+		return nil, r.err
+	}
+	mt.merges = mergeTable{slots: le.Uint64s(ms)}
+	mt.merges.shift = r.tableShift("mergeSlots", len(mt.merges.slots)/2, sc[6])
+	empty, maxID := 0, uint32(0)
+	bad = false
+	for i := 0; i+1 < len(mt.merges.slots); i += 2 {
+		k, val := mt.merges.slots[i], mt.merges.slots[i+1]
+		if k == 0 {
+			empty++
+			continue
+		}
+		bad = bad || k&mergeUsed == 0
+		maxID = max(maxID, uint32(k>>32)&0x7fffffff, uint32(k), uint32(val))
+	}
+	if bad || empty == 0 || (maxID >= uint32(nIDs) && 2*empty < len(mt.merges.slots)) {
+		r.fail("mergeSlots: %d empty slots, ids up to %d of %d", empty, maxID, nIDs)
+	}
+	bp := r.section("bytePairs", -1, 8)
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(bp) != 0 {
+		if len(bp) != 8<<16 || mt.charLevel {
+			r.fail("bytePairs: %d bytes, want 0 or %d", len(bp), 8<<16)
+			return nil, r.err
+		}
+		mt.bytePairs = le.Uint64s(bp)
+		for _, x := range mt.bytePairs {
+			bad = bad || (x>>32 != noRank && uint32(x) >= uint32(nIDs))
+		}
+		if bad {
+			r.fail("bytePairs: a merged id out of range")
+		}
+	}
+	if r.err == nil && r.off != len(body) {
+		r.fail("%d bytes after the last section", len(body)-r.off)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	t := &Tokenizer{sha: sha, compiled: true}
+	if _, err := t.build(&f, mt, false); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return t, nil
+}
+
+// readCompiledFile reads a compiled cache file of at most maxCompiledSize bytes.
+func readCompiledFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxCompiledSize || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", path, maxCompiledSize)
+	}
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// writeCompiled writes b to path atomically: a temporary file in the same
+// directory, renamed over path.
+func writeCompiled(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// sourceKey is the cache key of a source file's bytes.
+func sourceKey(raw []byte) [32]byte { return sha256.Sum256(raw) }

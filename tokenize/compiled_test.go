@@ -1,0 +1,325 @@
+package tokenize
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestMain points the compiled cache at a temporary directory: tests never
+// write to the user's cache.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-tokenize-cache-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("FERRY_TOKENIZER_CACHE", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestCompiledSame holds every family's tokenizer read from the compiled
+// cache to the one parsed from tokenizer.json: all of it, field by field.
+func TestCompiledSame(t *testing.T) {
+	for _, fam := range families {
+		t.Run(fam, func(t *testing.T) {
+			t.Setenv("FERRY_TOKENIZER_CACHE", "off")
+			parsed, err := Load(filepath.Join(fixtures, fam))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("FERRY_TOKENIZER_CACHE", t.TempDir())
+			for i, wantCompiled := range []bool{false, true} {
+				tok, err := Load(filepath.Join(fixtures, fam))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tok.compiled != wantCompiled {
+					t.Fatalf("Load %d: compiled %v, want %v", i+1, tok.compiled, wantCompiled)
+				}
+				tok.compiled = false
+				if !reflect.DeepEqual(tok, parsed) {
+					t.Fatalf("Load %d (compiled %v): the tokenizer differs from the parsed one", i+1, wantCompiled)
+				}
+			}
+		})
+	}
+}
+
+// writeTiny writes tinyJSON as dir/tokenizer.json.
+func writeTiny(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), marshal(t, tinyJSON()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// compiledFile returns the only compiled file in dir.
+func compiledFile(t *testing.T, dir string) string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil || len(m) != 1 || !strings.HasSuffix(m[0], ".ferrytok") {
+		t.Fatalf("cache dir holds %q, want one .ferrytok file", m)
+	}
+	return m[0]
+}
+
+// refix sets the body length and both checksums of a compiled file.
+func refix(b []byte) []byte {
+	if len(b) < compiledHeader {
+		return b
+	}
+	le := binary.LittleEndian
+	le.PutUint64(b[80:], uint64(len(b)-compiledHeader))
+	le.PutUint32(b[88:], crc32.Checksum(b[compiledHeader:], castagnoli))
+	le.PutUint32(b[92:], crc32.Checksum(b[:92], castagnoli))
+	return b
+}
+
+func TestCompiledCorrupt(t *testing.T) {
+	src := writeTiny(t)
+	cache := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", cache)
+	want, err := Load(src)
+	if err != nil || want.compiled {
+		t.Fatalf("first Load: %v, compiled %v", err, want != nil && want.compiled)
+	}
+	file := compiledFile(t, cache)
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(src, "tokenizer.json"))
+	key := sourceKey(raw)
+	if tok, err := readCompiled(good, key, file); err != nil || !tok.compiled {
+		t.Fatalf("the file Load wrote does not read: %v", err)
+	}
+	le := binary.LittleEndian
+	tests := []struct {
+		name string
+		mess func(b []byte) []byte
+		want string // in the error
+	}{
+		{"empty", func(b []byte) []byte { return nil }, "shorter than"},
+		{"truncated header", func(b []byte) []byte { return b[:50] }, "shorter than"},
+		{"truncated body", func(b []byte) []byte { return b[:len(b)-1] }, "body of"},
+		{"magic", func(b []byte) []byte { b[0] = 'X'; return refix(b) }, "magic"},
+		{"header bit", func(b []byte) []byte { b[9] ^= 1; return b }, "header checksum"},
+		{"version", func(b []byte) []byte { le.PutUint32(b[8:], compiledVersion+1); return refix(b) }, "version"},
+		{"stale", func(b []byte) []byte { b[20] ^= 1; return refix(b) }, "stale"},
+		{"body bit", func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }, "body checksum"},
+		{"long body", func(b []byte) []byte { return refix(append(b, make([]byte, 8)...)) }, "after the last section"},
+		{"odd length", func(b []byte) []byte { return refix(append(b, 0)) }, "after the last section"},
+		{"section length", func(b []byte) []byte { le.PutUint64(b[compiledHeader:], 1<<40); return refix(b) }, "rest: section of"},
+		{"rest JSON", func(b []byte) []byte { b[compiledHeader+8] = '['; return refix(b) }, "rest"},
+		{"ids", func(b []byte) []byte {
+			le.PutUint32(b[sectionOffset(t, b, 1)+4:], 1<<30) // scalars: nIDs
+			return refix(b)
+		}, "scalars"},
+		{"unk", func(b []byte) []byte {
+			le.PutUint32(b[sectionOffset(t, b, 1)+8:], 1<<20) // scalars: unkID
+			return refix(b)
+		}, "scalars"},
+		{"ends", func(b []byte) []byte {
+			le.PutUint32(b[sectionOffset(t, b, 2)+8:], 1<<20) // tokEnds[2]: past the arena, then down
+			return refix(b)
+		}, "tokEnds: not ascending"},
+		{"arena", func(b []byte) []byte {
+			off := sectionOffset(t, b, 4) // keyEnds: the last one
+			n := int(le.Uint64(b[off-8:]))
+			le.PutUint32(b[off+n-4:], le.Uint32(b[off+n-4:])+1)
+			return refix(b)
+		}, "keys:"},
+		{"id flags", func(b []byte) []byte {
+			b[sectionOffset(t, b, 6)] = 7
+			return refix(b)
+		}, "idFlags"},
+		{"vocab slot", func(b []byte) []byte {
+			off := sectionOffset(t, b, 7) // vocabSlots
+			for i := off; ; i += 8 {
+				if le.Uint64(b[i:]) != 0 { // the first filled slot: its id out of range
+					le.PutUint32(b[i:], 1<<20)
+					break
+				}
+			}
+			return refix(b)
+		}, "vocabSlots"},
+		{"byte id", func(b []byte) []byte {
+			le.PutUint32(b[sectionOffset(t, b, 8)+4*'a':], 1<<20)
+			return refix(b)
+		}, "byte 97"},
+		{"merge slot", func(b []byte) []byte {
+			off := sectionOffset(t, b, 10) // mergeSlots
+			for i := off; ; i += 16 {
+				if le.Uint64(b[i:]) != 0 { // the first filled slot: its merged id out of range
+					le.PutUint32(b[i+8:], 1<<20)
+					break
+				}
+			}
+			return refix(b)
+		}, "mergeSlots"},
+		{"full merge table", func(b []byte) []byte {
+			off := sectionOffset(t, b, 10)
+			n := int(le.Uint64(b[off-8:]))
+			for i := off; i < off+n; i += 16 {
+				if le.Uint64(b[i:]) == 0 {
+					le.PutUint64(b[i:], mergeUsed|1<<32|2)
+					le.PutUint64(b[i+8:], 5<<32|3)
+				}
+			}
+			return refix(b)
+		}, "0 empty slots"},
+		{"byte pairs", func(b []byte) []byte {
+			off := sectionOffset(t, b, 11)
+			le.PutUint64(b[off:], 1<<20)
+			return refix(b)
+		}, "bytePairs"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.mess(append([]byte(nil), good...))
+			_, err := readCompiled(b, key, file)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("readCompiled: %v, want ErrCorrupt with %q", err, tc.want)
+			}
+			// Load does not use it: it parses, then writes the file again.
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for i, wantCompiled := range []bool{false, true} {
+				tok, err := Load(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tok.compiled != wantCompiled {
+					t.Fatalf("Load %d: compiled %v, want %v", i+1, tok.compiled, wantCompiled)
+				}
+				tok.compiled = false
+				if !reflect.DeepEqual(tok, want) {
+					t.Fatalf("Load %d: the tokenizer differs", i+1)
+				}
+			}
+			compiledFile(t, cache) // no temporary file left behind
+		})
+	}
+}
+
+// sectionOffset returns where the bytes of body section i (0 = rest) of a
+// compiled file start.
+func sectionOffset(t *testing.T, b []byte, i int) int {
+	t.Helper()
+	off := compiledHeader
+	for ; i > 0; i-- {
+		off += 8 + (int(binary.LittleEndian.Uint64(b[off:]))+7)&^7
+	}
+	return off + 8
+}
+
+// TestCompiledCacheDir: a cache directory that cannot be made, or a
+// cache that is off, leaves Load to parse; a missing one is made.
+func TestCompiledCacheDir(t *testing.T) {
+	src := writeTiny(t)
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(blocker, "cache"), "off"} {
+		t.Setenv("FERRY_TOKENIZER_CACHE", dir)
+		for range 2 {
+			tok, err := Load(src)
+			if err != nil || tok.compiled {
+				t.Fatalf("cache %s: %v, compiled %v", dir, err, tok != nil && tok.compiled)
+			}
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "a", "b")
+	t.Setenv("FERRY_TOKENIZER_CACHE", missing)
+	for i, want := range []bool{false, true} {
+		tok, err := Load(src)
+		if err != nil || tok.compiled != want {
+			t.Fatalf("Load %d into a missing directory: %v, compiled %v", i+1, err, tok != nil && tok.compiled)
+		}
+	}
+	compiledFile(t, missing)
+	// A source that does not parse writes nothing.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "tokenizer.json"), []byte(`{"model": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", empty)
+	if _, err := Load(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load of a bad file: %v, want ErrCorrupt", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(empty, "*")); len(m) != 0 {
+		t.Fatalf("a bad file left %q in the cache", m)
+	}
+}
+
+func TestCacheDirDefault(t *testing.T) {
+	t.Setenv("FERRY_TOKENIZER_CACHE", "")
+	t.Setenv("FERRY_CACHE", "/c")
+	if got := cacheDir(); got != filepath.Join("/c", "tokenize") {
+		t.Errorf("FERRY_CACHE=/c: %q", got)
+	}
+	t.Setenv("FERRY_CACHE", "")
+	t.Setenv("HOME", "/h")
+	if got := cacheDir(); got != filepath.Join("/h", ".cache", "ferry", "tokenize") {
+		t.Errorf("HOME=/h: %q", got)
+	}
+}
+
+// FuzzCompiled feeds mutated compiled files, their checksums made valid, to
+// readCompiled: errors are fine; panics are not; what reads must encode and
+// decode.
+func FuzzCompiled(f *testing.F) {
+	var key [32]byte
+	for _, m := range []map[string]any{tinyJSON(), func() map[string]any {
+		m := tinyJSON()
+		m["model"].(map[string]any)["unk_token"] = "!"
+		m["model"].(map[string]any)["ignore_merges"] = true
+		return m
+	}()} {
+		t, mt, rest, err := parseTables(marshal(f, m), true)
+		if err != nil || mt == nil {
+			f.Fatal(err)
+		}
+		f.Add(appendCompiled(nil, key, t.sha, rest, mt))
+	}
+	// A character-level (SentencePiece-style) one.
+	sp := `{"model": {"type": "BPE", "vocab": {"<unk>": 0, "▁": 1, "a": 2, "▁a": 3, "<0x41>": 4}, "merges": ["▁ a"], "unk_token": "<unk>", "byte_fallback": true},` +
+		` "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}}`
+	t, mt, rest, err := parseTables([]byte(sp), true)
+	if err != nil || mt == nil {
+		f.Fatal(err)
+	}
+	f.Add(appendCompiled(nil, key, t.sha, rest, mt))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		b = refix(b)
+		if len(b) >= 48 {
+			copy(key[:], b[16:48])
+		}
+		tok, err := readCompiled(b, key, "fuzz")
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("error %v is neither ErrCorrupt nor ErrUnsupported", err)
+			}
+			return
+		}
+		for _, s := range []string{"the the<x><s>", "a\xff b  \n\n 123 ſ A", ""} {
+			ids := tok.Encode(s, true)
+			_ = tok.Decode(ids, false)
+			_ = tok.Decode(ids, true)
+		}
+		_, _ = tok.TokenID("the")
+		_ = tok.Decode([]int32{-1, 0, 1 << 30}, false)
+	})
+}
