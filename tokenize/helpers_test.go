@@ -2,19 +2,18 @@ package tokenize
 
 import (
 	"bufio"
-	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryml/ferry/internal/invariants"
+	"github.com/ferryml/ferry/internal/testutil/tokgolden"
 )
 
 // fixtures is the repository's tokenizer fixture directory.
@@ -127,35 +126,9 @@ func corpusTexts(t testing.TB) []string {
 
 func goldenIDs(t testing.TB, model string, special bool) [][]int32 {
 	t.Helper()
-	name := "corpus-dev." + model + ".ids.jsonl.gz"
-	if !special {
-		name = "corpus-dev." + model + ".nospecial.ids.jsonl.gz"
-	}
-	// {"ids":[1,2,3]} per line, parsed by hand: encoding/json is slow under -race.
-	sc := bufio.NewScanner(openMaybeCompressed(t, filepath.Join(fixtures, name)))
-	sc.Buffer(nil, 64<<20)
-	var out [][]int32
-	for sc.Scan() {
-		line := sc.Bytes()
-		body, ok := bytes.CutPrefix(line, []byte(`{"ids":[`))
-		body, ok2 := bytes.CutSuffix(body, []byte(`]}`))
-		if !ok || !ok2 {
-			t.Fatalf("%s: line %d: not {\"ids\":[...]}", name, len(out)+1)
-		}
-		ids := []int32{}
-		for len(body) > 0 {
-			num, rest, _ := bytes.Cut(body, []byte(","))
-			v, err := strconv.ParseInt(string(num), 10, 32)
-			if err != nil {
-				t.Fatalf("%s: line %d: %v", name, len(out)+1, err)
-			}
-			ids = append(ids, int32(v))
-			body = rest
-		}
-		out = append(out, ids)
-	}
-	if err := sc.Err(); err != nil {
+	ids, err := tokgolden.IDs(fixtures, model, special)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return ids
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/invariants"
 	"github.com/ferryml/ferry/internal/prep"
+	"github.com/ferryml/ferry/internal/testutil/tokgolden"
 )
 
 var tokDir = filepath.Join("..", "..", "testdata", "tokenizers")
@@ -57,37 +58,31 @@ func firstLines(t *testing.T, name string, n int) []string {
 	return out
 }
 
-// canonical re-encodes {"ids": [...]} lines the way JSON.stringify does.
-func canonical(t *testing.T, lines []string) string {
-	var b strings.Builder
-	for _, l := range lines {
-		var v struct {
-			IDs []int32 `json:"ids"`
-		}
-		if err := json.Unmarshal([]byte(l), &v); err != nil {
-			t.Fatal(err)
-		}
-		b.Write(prep.AppendIDsLine(nil, v.IDs))
-	}
-	return b.String()
-}
-
 func TestRunTokenizeMatchesHF(t *testing.T) {
 	const n = 400
 	in := strings.Join(firstLines(t, "corpus-dev.jsonl.zst", n), "\n") + "\n"
 	for _, tc := range []struct {
-		model, golden string
-		args          []string
+		model   string
+		special bool
+		args    []string
 	}{
-		{"llama3.1", "corpus-dev.llama3.1.ids.jsonl.gz", nil},
-		{"llama3.1", "corpus-dev.llama3.1.nospecial.ids.jsonl.gz", []string{"--no-special"}},
-		{"qwen2.5", "corpus-dev.qwen2.5.ids.jsonl.gz", []string{"--threads", "1"}},
+		{"llama3.1", true, nil},
+		{"llama3.1", false, []string{"--no-special"}},
+		{"qwen2.5", true, []string{"--threads", "1"}},
 	} {
 		if invariants.Race && tc.model != "qwen2.5" {
 			continue
 		}
 		t.Run(tc.model+strings.Join(tc.args, ""), func(t *testing.T) {
-			want := canonical(t, firstLines(t, tc.golden, n))
+			golden, err := tokgolden.IDs(tokDir, tc.model, tc.special)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w []byte
+			for _, ids := range golden[:n] {
+				w = prep.AppendIDsLine(w, ids)
+			}
+			want := string(w)
 			var out, errb bytes.Buffer
 			args := append([]string{"--tokenizer", filepath.Join(tokDir, tc.model)}, tc.args...)
 			if err := runTokenize(context.Background(), args, strings.NewReader(in), &out, &errb); err != nil {
