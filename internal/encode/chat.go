@@ -118,7 +118,7 @@ func tokenPieces(tok *tokenize.Tokenizer, special map[int32]bool) [][]byte {
 		if !ok {
 			continue
 		}
-		if special[id] {
+		if special[id] && !charLevel {
 			out[id] = []byte(s)
 			continue
 		}
@@ -167,23 +167,43 @@ func byteLevelInverse() map[rune]byte {
 // text (a normalizer changed it).
 func (e *ChatEncoder) alignTokens(text string, ids []int32, starts, ends []int32) ([]int32, []int32, error) {
 	starts, ends = starts[:0], ends[:0]
+	match := func(rest string, p []byte) (int, bool) {
+		switch {
+		case strings.HasPrefix(rest, string(p)):
+			return len(p), true
+		case len(p) > 0 && p[0] == ' ' && strings.HasPrefix(rest, string(p[1:])):
+			return len(p) - 1, true
+		}
+		return 0, false
+	}
 	c := 0
 	for k, id := range ids {
 		var p []byte
 		if int(id) < len(e.pieces) {
 			p = e.pieces[id]
 		}
-		rest := text[c:]
-		switch {
-		case strings.HasPrefix(rest, string(p)):
-		case len(p) > 0 && p[0] == ' ' && strings.HasPrefix(rest, string(p[1:])):
-			p = p[1:]
-		default:
+		n, ok := match(text[c:], p)
+		if !ok {
+			// whitespace an added token's lstrip/rstrip absorbed: it goes
+			// to the token before
+			j := c
+			for j < len(text) && (text[j] == ' ' || text[j] == '\n' || text[j] == '\t' || text[j] == '\r') {
+				j++
+			}
+			if n, ok = match(text[j:], p); ok && j > c {
+				if k > 0 {
+					ends[k-1] = int32(j)
+				}
+				c = j
+			}
+		}
+		if !ok {
+			rest := text[c:]
 			return nil, nil, fmt.Errorf("token %d (id %d, %q) does not match the text at byte %d (%q): the tokenizer's normalizer changed the text",
 				k, id, p, c, rest[:min(len(rest), 16)])
 		}
 		starts = append(starts, int32(c))
-		c += len(p)
+		c += n
 		ends = append(ends, int32(c))
 	}
 	if c != len(text) {
@@ -473,7 +493,10 @@ func (e *ChatEncoder) label(conv *dataset.Conversation) (*Encoded, error) {
 			}
 			eot := -1
 			for k := max(first, 0); k < len(ids); k++ {
-				if starts[k] >= int32(b) && e.c.SpecialIDs[ids[k]] {
+				// the first special token not wholly inside the region (a
+				// region's end can fall inside the token that ends it: the
+				// sentinel render's end-of-turn may share its last bytes)
+				if ends[k] > int32(b) && e.c.SpecialIDs[ids[k]] {
 					eot = k
 					break
 				}
@@ -583,6 +606,12 @@ func (e *ChatEncoder) assistantRegion(conv *dataset.Conversation, i int, text st
 	d.Set("content", sentinel)
 	msgs.Items[i] = d
 	res, err := e.apply(msgs, conv)
+	if tc, ok := src.Get("tool_calls"); ok && err != nil {
+		// the template needs the tool calls (a tool message must follow
+		// one): keep them, their names sentinels and arguments empty
+		d.Set("tool_calls", sentinelCalls(tc))
+		res, err = e.apply(msgs, conv)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %s: rendering with assistant messages[%d] replaced (to find its content) failed: %v",
 			ErrTemplate, e.c.Template.Name(), i, err)
@@ -601,9 +630,45 @@ func (e *ChatEncoder) assistantRegion(conv *dataset.Conversation, i int, text st
 		q++
 	}
 	if !strings.Contains(s[p:len(s)-q], sentinel) || p >= len(text)-q {
-		return 0, 0, fmt.Errorf("%w: %s does not write assistant messages[%d]'s content", ErrTemplate, e.c.Template.Name(), i)
+		return 0, 0, fmt.Errorf("%w: messages[%d]: the template %s writes nothing for this assistant message (e.g. tool calls it does not render)",
+			ErrChatRecord, i, e.c.Template.Name())
 	}
 	return p, len(text) - q, nil
+}
+
+// sentinelCalls returns tool calls like tc with each function's name
+// the sentinel and its arguments empty ({} or "{}", as given).
+func sentinelCalls(tc chattemplate.Value) chattemplate.Value {
+	l, ok := tc.(*chattemplate.List)
+	if !ok {
+		return tc
+	}
+	out := chattemplate.NewList()
+	for _, c := range l.Items {
+		cd, ok := c.(*chattemplate.Dict)
+		if !ok {
+			out.Items = append(out.Items, c)
+			continue
+		}
+		cd = cd.Copy()
+		target := cd
+		if fn, ok := cd.Get("function"); ok {
+			if fd, ok := fn.(*chattemplate.Dict); ok {
+				target = fd.Copy()
+				cd.Set("function", target)
+			}
+		}
+		target.Set("name", sentinel)
+		if a, ok := target.Get("arguments"); ok {
+			if _, isStr := a.(string); isStr {
+				target.Set("arguments", "{}")
+			} else {
+				target.Set("arguments", chattemplate.NewDict())
+			}
+		}
+		out.Items = append(out.Items, cd)
+	}
+	return out
 }
 
 // renderError words a template failure on a conversation: for the

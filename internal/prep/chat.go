@@ -189,14 +189,20 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 	c.Progress.Phase("tokenize", int64(len(in.convs)))
 	var onBad func(*dataset.RecordError) error
 	if c.SkipBad {
+		n := 0
 		onBad = func(e *dataset.RecordError) error {
-			c.Progress.Logf("skipped: %v", e)
+			if n++; n <= 5 {
+				c.Progress.Logf("skipped: %v", e)
+			}
 			return nil
 		}
 	}
 	exs, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
 	if err != nil {
 		return nil, err
+	}
+	if st.Skipped > 5 {
+		c.Progress.Logf("skipped %d conversations in all (first 5 shown)", st.Skipped)
 	}
 	if len(exs) == 0 {
 		return nil, fmt.Errorf("%s: no conversation left to train on (%d skipped, %d dropped: truncation cut every trained token)",
