@@ -359,14 +359,25 @@ func (e *ChatEncoder) encodeOne(conv *dataset.Conversation) ([]shard.Example, ui
 		return []shard.Example{{Tokens: ids, Loss: loss}}, 0, nil
 	}
 	if e.c.SplitLong {
+		// pieces of at most L ids, cut after a turn's last trained token
+		// (its end of turn) where one falls in the piece, else at L
 		var exs []shard.Example
-		for k := 0; k < len(ids); k += L {
+		for k := 0; k < len(ids); {
 			end := min(k+L, len(ids))
+			if end < len(ids) && loss != nil {
+				for j := end; j > k+1; j-- {
+					if loss[j-1] && !loss[j] {
+						end = j
+						break
+					}
+				}
+			}
 			ex := shard.Example{Tokens: ids[k:end:end]}
 			if loss != nil {
 				ex.Loss = loss[k:end:end]
 			}
 			exs = append(exs, ex)
+			k = end
 		}
 		return exs, FlagSplit, nil
 	}

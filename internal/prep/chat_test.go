@@ -214,3 +214,33 @@ func TestChatBadRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestChatSplitLong: --split-long cuts a long conversation after a turn's
+// end-of-turn token, so each turn's trained tokens stay whole in a piece.
+func TestChatSplitLong(t *testing.T) {
+	turn := `{"role": "user", "content": "` + strings.Repeat("ask ", 20) + `"}, {"role": "assistant", "content": "` + strings.Repeat("reply ", 20) + `"}`
+	rec := `{"messages": [` + strings.Repeat(turn+", ", 5) + turn + `]}` + "\n"
+	c := chatConfig(t, rec)
+	c.Layout.Mode = shard.ModePack
+	c.Layout.SeqLen = 128
+	c.SplitLong = true
+	res, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Manifest.Stats.RecordsSplit != 1 {
+		t.Fatalf("stats %+v: want 1 split", res.Manifest.Stats)
+	}
+	reply := strings.TrimSpace(strings.Repeat("reply ", 20))
+	for _, row := range trainedText(t, c.Out) {
+		runs := strings.Split(row, "<|im_end|>")
+		if runs[len(runs)-1] != "" {
+			t.Errorf("row %q: a trained run does not end with <|im_end|>", row)
+		}
+		for _, run := range runs[:len(runs)-1] {
+			if strings.TrimSpace(strings.TrimPrefix(run, "|")) != reply {
+				t.Errorf("a trained run %q is not one whole reply", run)
+			}
+		}
+	}
+}
