@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
@@ -116,6 +117,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "    ids     %s\n", idsPreview(ids))
 		fmt.Fprintf(stdout, "    labels  %d of %d tokens carry loss\n", loss, len(ids))
 		if tok != nil && m.Labels.IsChat() {
+			color := cli.IsTerminal(stdout)
 			// chat rows: turns (end-of-turn runs) and the trained spans marked
 			lab := r.Labels[s.Start : s.Start+s.Length]
 			var b strings.Builder
@@ -128,7 +130,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				piece := tok.Decode(ids[j:k], false)
 				if lab[j] != shard.IgnoreIndex {
 					runs++
-					b.WriteString("[[" + piece + "]]")
+					if color {
+						b.WriteString("\x1b[1;32m" + piece + "\x1b[0m")
+					} else {
+						b.WriteString("[[" + piece + "]]")
+					}
 				} else {
 					b.WriteString(piece)
 				}
@@ -136,7 +142,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			truncated := s.Length == int32(m.SeqLen)
 			fmt.Fprintf(stdout, "    trained %d span(s), %d tokens; truncated: %v\n", runs, loss, truncated)
-			fmt.Fprintf(stdout, "    text    (trained spans in [[ ]])\n%s\n", b.String())
+			how := "in [[ ]]"
+			if color {
+				how = "in green"
+			}
+			fmt.Fprintf(stdout, "    text    (trained spans %s)\n%s\n", how, b.String())
 			continue
 		}
 		if tok != nil {
