@@ -178,6 +178,17 @@
 // served shards' row counts) before using it. Slices into a ring or a
 // mapped shard are valid until the Client, Server or Dataset is closed.
 //
+// # Model files
+//
+// The same daemon serves the files of a Hugging Face model to
+// ferry.load_pretrained (python/ferry/weights_client.py): a connection whose
+// first message is MsgFile asks for byte ranges or whole files of a model
+// directory (local, mounted or s3://, read through ckpt.SourceFor); a whole
+// file is read once into a sealed memfd cached for Config.FileKeep after the
+// last request, so the node's ranks read each byte from storage once and
+// each copies its own shards' ranges out. Messages and limits: weights.go.
+// Without Config.Data the daemon serves model files only.
+//
 // # Systems
 //
 // The transport (memfd, file seals, eventfd, SOCK_SEQPACKET) is Linux's.

@@ -53,6 +53,11 @@ const (
 	MsgWelcome uint16 = 2 // daemon → client: ring ready; carries memfd + eventfd
 	MsgPlan    uint16 = 3 // client → daemon: the next batches to prepare, as runs of rows
 	MsgError   uint16 = 4 // daemon → client: fatal error; the daemon closes the connection after it
+	// MsgFile and MsgFileData serve model files (weights.go): client →
+	// daemon, a FileRequest as JSON; daemon → client, a FileData as JSON
+	// with the sealed memfd holding the bytes.
+	MsgFile     uint16 = 5
+	MsgFileData uint16 = 6
 )
 
 // Error codes carried by MsgError.
@@ -297,6 +302,11 @@ func AppendError(dst []byte, code uint32, text string) []byte {
 	dst = le.AppendUint32(dst, code)
 	dst = le.AppendUint32(dst, 0)
 	return append(dst, text...)
+}
+
+// appendMsg appends a message of type typ carrying payload p.
+func appendMsg(dst []byte, typ uint16, p []byte) []byte {
+	return append(AppendMsgHeader(dst, typ, len(p)), p...)
 }
 
 // ParseError decodes a MsgError payload.

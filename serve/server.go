@@ -33,6 +33,9 @@ type Config struct {
 	MaxClients int
 	// HelloTimeout bounds the wait for a new client's MsgHello. Default 10 s.
 	HelloTimeout time.Duration
+	// FileKeep is how long a model file read for clients (MsgFile, see
+	// weights.go) stays cached after the last request for it. Default 10 s.
+	FileKeep time.Duration
 	// Logf receives one line per client event. Default: no logging.
 	Logf func(format string, args ...any)
 }
@@ -53,13 +56,18 @@ func (c *Config) defaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+	if c.FileKeep == 0 {
+		c.FileKeep = 10 * time.Second
+	}
 }
 
 // Server serves one dataset to any number of clients. Create it with
 // NewServer, run it with Serve, release it with Close.
 type Server struct {
-	cfg Config
-	ds  *Dataset
+	cfg   Config
+	ds    *Dataset // nil: model files only
+	files *fileCache
+	ctx   context.Context
 
 	nextID   atomic.Uint64
 	mu       sync.Mutex
@@ -75,17 +83,20 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	if cfg.Data == "" {
-		return nil, errors.New("serve: Config.Data (the dataprep output) is empty")
+	var ds *Dataset
+	if cfg.Data != "" {
+		var err error
+		ds, err = OpenDataset(ctx, cfg.Data, WithRanks(cfg.Ranks...), WithCacheDir(cfg.CacheDir), WithVerify(cfg.Verify), WithLogf(cfg.Logf))
+		if err != nil {
+			return nil, err
+		}
 	}
-	ds, err := OpenDataset(ctx, cfg.Data, WithRanks(cfg.Ranks...), WithCacheDir(cfg.CacheDir), WithVerify(cfg.Verify), WithLogf(cfg.Logf))
-	if err != nil {
-		return nil, err
-	}
-	return &Server{cfg: cfg, ds: ds, sessions: map[*session]struct{}{}}, nil
+	files := &fileCache{files: map[string]*cachedFile{}, keep: cfg.FileKeep, logf: cfg.Logf}
+	return &Server{cfg: cfg, ds: ds, files: files, ctx: context.Background(), sessions: map[*session]struct{}{}}, nil
 }
 
-// Dataset returns the served dataset.
+// Dataset returns the served dataset, nil when Config.Data is empty (the
+// daemon then serves model files only).
 func (s *Server) Dataset() *Dataset { return s.ds }
 
 // Clients returns the number of connected clients.
@@ -173,6 +184,10 @@ func (s *Server) shutdown() {
 // Close shuts down any sessions and unmaps the dataset.
 func (s *Server) Close() error {
 	s.shutdown()
+	s.files.close()
+	if s.ds == nil {
+		return nil
+	}
 	return s.ds.Close()
 }
 
@@ -243,6 +258,12 @@ func (ss *session) serve() error {
 	}
 	ss.conn.SetReadDeadline(time.Time{})
 	h, p, err := ParseMsg(buf[:n])
+	if err == nil && h.Type == MsgFile {
+		return ss.serveFiles(s.ctx, buf, p)
+	}
+	if err == nil && h.Type == MsgHello && s.ds == nil {
+		return ss.fail(CodeNotServed, errors.New("this daemon serves no data set (start it with --data), model files only"))
+	}
 	if err == nil && h.Type != MsgHello {
 		err = fmt.Errorf("%w: first message is type %d, want HELLO (%d)", ErrProtocol, h.Type, MsgHello)
 	}

@@ -20,17 +20,22 @@ import (
 	"github.com/ferryml/ferry/serve"
 )
 
-const usage = `usage: ferry-serve --data DIR|s3://BUCKET/PREFIX [flags]
+const usage = `usage: ferry-serve [--data DIR|s3://BUCKET/PREFIX] [flags]
        ferry-serve --version
 
 Serves the shards of a dataprep output to the training processes of this node
 over a Unix socket; each client (python: ferry.serve_client.ServeLoader, the
 same API as ferry.Loader) gets a sealed shared-memory ring of batches.
 Run one per node before the trainers start; --ranks names the node's ranks.
+It also serves model files to ferry.load_pretrained(model, path, serve=SOCKET):
+each file (local, mounted or s3://) is read once per node into sealed shared
+memory and the ranks copy their shards' bytes out of it. Without --data it
+serves model files only.
 
 Examples:
   ferry-serve --data out/alpaca --ranks 0-7 --socket /tmp/ferry.sock
   ferry-serve --data s3://bucket/alpaca --ranks 8-15 --cache-dir /local/ferry
+  ferry-serve --socket /tmp/ferry.sock        # model files only
 
 Stops cleanly on SIGTERM (exit 0) or SIGINT (exit 130): clients get a
 "shutting down" error. Exit status: 0 ok, 1 error, 2 bad usage.
@@ -89,7 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if defSock == "" {
 		defSock = "/tmp/ferry-serve.sock"
 	}
-	fs.StringVar(&cfg.Data, "data", "", "dataprep output directory or s3:// prefix (required)")
+	fs.StringVar(&cfg.Data, "data", "", "dataprep output directory or s3:// prefix (without it: model files only)")
+	fs.DurationVar(&cfg.FileKeep, "file-keep", 10*time.Second, "how long a model file read for ferry.load_pretrained stays cached after its last request")
 	fs.StringVar(&cfg.Socket, "socket", defSock, "Unix socket path to listen on (default $FERRY_SERVE_SOCKET)")
 	ranks := fs.String("ranks", "", "shards to serve, e.g. 0-7 or 0,2,4 (default: all)")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "directory for shards fetched from S3 (default $TMPDIR/ferry-serve-cache)")
@@ -102,9 +108,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
-	}
-	if cfg.Data == "" {
-		return cfg, errors.New("--data is required (see --help)")
 	}
 	var err error
 	if cfg.Ranks, err = parseRanks(*ranks); err != nil {
@@ -153,9 +156,11 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		return err
 	}
 	ds := srv.Dataset()
-	if !cfg.Quiet {
-		fmt.Fprintf(stderr, "ferry-serve: serving %s (ranks %v of %d, seq_len %d) on %s, ready in %.2fs\n",
+	if !cfg.Quiet && ds != nil {
+		fmt.Fprintf(stderr, "ferry-serve: serving %s (ranks %v of %d, seq_len %d) and model files on %s, ready in %.2fs\n",
 			cfg.Data, ds.Served(), ds.Ranks, ds.SeqLen, cfg.Socket, time.Since(start).Seconds())
+	} else if !cfg.Quiet {
+		fmt.Fprintf(stderr, "ferry-serve: serving model files on %s, ready in %.2fs\n", cfg.Socket, time.Since(start).Seconds())
 	}
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err

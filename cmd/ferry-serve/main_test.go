@@ -54,7 +54,11 @@ func TestUsage(t *testing.T) {
 	if code := mainErr([]string{"--help"}, &buf); code != 0 || !strings.Contains(buf.String(), "usage: ferry-serve") {
 		t.Errorf("--help: exit %d\n%s", code, buf.String())
 	}
-	for _, args := range [][]string{{}, {"--data", "x", "extra"}, {"--data", "x", "--ranks", "z"}, {"--bogus"}} {
+	// without --data the daemon serves model files only: not a usage error
+	if cfg, err := parseFlags([]string{"--socket", "s"}, &buf); err != nil || cfg.Data != "" {
+		t.Errorf("no --data: %+v, %v", cfg, err)
+	}
+	for _, args := range [][]string{{"--data", "x", "extra"}, {"--data", "x", "--ranks", "z"}, {"--bogus"}, {"--file-keep", "x"}} {
 		buf.Reset()
 		if code := mainErr(args, &buf); code != 2 {
 			t.Errorf("%q: exit %d, want 2\n%s", args, code, buf.String())

@@ -86,10 +86,11 @@ _WRAPPER_PARTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig
 class TensorInfo:
     """One tensor of a safetensors file: ``begin`` is its absolute byte offset."""
 
-    __slots__ = ("file", "name", "dtype", "shape", "begin", "nbytes")
+    __slots__ = ("file", "where", "name", "dtype", "shape", "begin", "nbytes")
 
     def __init__(self, file, name, dtype, shape, begin, nbytes):
         self.file, self.name, self.dtype, self.shape, self.begin, self.nbytes = file, name, dtype, shape, begin, nbytes
+        self.where = file  # the file as messages name it
 
     @property
     def itemsize(self):
@@ -188,6 +189,11 @@ class LocalSource:
     def size(self, file):
         return os.fstat(self._fd(file)).st_size
 
+    def read_head(self, file, n):
+        buf = bytearray(n)
+        self.readinto(file, 0, buf)
+        return buf
+
     def readinto(self, file, offset, buf):
         """Fill the writable buffer ``buf`` with the bytes at ``offset``."""
         mv = memoryview(buf).cast("B")
@@ -229,17 +235,16 @@ def read_headers(src):
     tensors = {}
     for f in files:
         size = src.size(f)
-        head = bytearray(min(size, 1 << 16))
-        src.readinto(f, 0, head)
+        head = src.read_head(f, min(size, 1 << 16))
         if len(head) >= 8:
             (n,) = struct.unpack_from("<Q", head)
             if len(head) < 8 + n <= min(size, 8 + MAX_HEADER):
-                head = bytearray(8 + n)
-                src.readinto(f, 0, head)
+                head = src.read_head(f, 8 + n)
         _, got = parse_header(head, size, src.name(f))
         for name, t in got.items():
             if weight_map is not None and weight_map.get(name) != f:
                 continue  # the index decides which file holds a tensor
+            t.file = f  # the source's name; t.where the full one
             tensors[name] = t
     if weight_map is not None:
         lost = sorted(k for k, f in weight_map.items() if k not in tensors)
@@ -477,11 +482,11 @@ def _plan(targets, tensors, path):
     for t in targets:
         s = t.src
         if s.shape != t.shape:
-            raise LoadError(f"ferry.load_pretrained: {s.file}: tensor {s.name!r} has shape {list(s.shape)}, the "
+            raise LoadError(f"ferry.load_pretrained: {s.where}: tensor {s.name!r} has shape {list(s.shape)}, the "
                             f"model's {t.names[0]} has {list(t.shape)}")
         sdt, ddt = DTYPES[s.dtype], t.dest.dtype
         if sdt.is_floating_point != ddt.is_floating_point or (sdt == torch.bool) != (ddt == torch.bool):
-            raise LoadError(f"ferry.load_pretrained: {s.file}: tensor {s.name!r} is {s.dtype}, the model's "
+            raise LoadError(f"ferry.load_pretrained: {s.where}: tensor {s.name!r} is {s.dtype}, the model's "
                             f"{t.names[0]} is {ddt}: not a cast from_pretrained makes")
 
 
@@ -539,7 +544,11 @@ def load_pretrained(model, path, *, serve=None, dtype=None, device=None, threads
     """
     t0 = time.monotonic()
     path = os.fspath(path)
-    if serve is not None or path.startswith("s3://"):
+    if path.startswith("s3://") and serve is None:
+        raise LoadError(f"ferry.load_pretrained: {path}: s3:// models are read by the node's ferry-serve (ferry's Go "
+                        "S3 reader, each byte once per node): start `ferry-serve --socket SOCKET` and pass "
+                        "serve=SOCKET")
+    if serve is not None:
         from .weights_client import ServeSource
 
         src = ServeSource(path, serve)
@@ -597,11 +606,19 @@ def _load(src, targets, threads):
         src.readinto(f, off, buf.numpy())
         _place(t, buf)
 
-    if threads <= 1 or len(jobs) <= 1:
-        for j in jobs:
-            one(j)
-        return total
-    with ThreadPoolExecutor(max_workers=threads) as ex:
-        for _ in ex.map(one, jobs):
-            pass
+    # file by file: a source that maps whole files (ferry-serve) holds one
+    # at a time
+    acquire, release = getattr(src, "acquire", None), getattr(src, "release", None)
+    files = sorted({j[0] for j in jobs})
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as ex:
+        for f in files:
+            mine = [j for j in jobs if j[0] == f]
+            if acquire is not None:
+                acquire(f)
+            try:
+                for _ in ex.map(one, mine):
+                    pass
+            finally:
+                if release is not None:
+                    release(f)
     return total

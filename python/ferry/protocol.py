@@ -17,6 +17,7 @@ MSG_MAGIC = 0x53595246  # "FRYS"
 MSG_HEADER = struct.Struct("<IHHII")
 MAX_MSG_SIZE = 128 << 10
 MSG_HELLO, MSG_WELCOME, MSG_PLAN, MSG_ERROR = 1, 2, 3, 4
+MSG_FILE, MSG_FILE_DATA = 5, 6  # model files (serve/weights.go; ferry.weights_client)
 CODE_BAD_REQUEST, CODE_NOT_SERVED, CODE_LIMIT, CODE_SHUTDOWN, CODE_IO = 1, 2, 3, 4, 5
 
 _HELLO = struct.Struct("<IIIiiI")

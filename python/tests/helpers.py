@@ -110,11 +110,12 @@ def read_rows(directory, manifest, rank, column, row, rows):
 class Daemon:
     """A ferry-serve process, started and listening (log in SOCK.log)."""
 
-    def __init__(self, exe, data, sock, args=()):
+    def __init__(self, exe, data, sock, args=(), env=None):
         self.sock = sock
         self.log = open(sock + ".log", "w+")
-        self.proc = subprocess.Popen([exe, "--data", data, "--socket", sock, *args], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        data_args = [] if data is None else ["--data", data]  # None: model files only
+        self.proc = subprocess.Popen([exe, *data_args, "--socket", sock, *args], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while True:
             if self.proc.poll() is not None:

@@ -19,9 +19,14 @@ import json
 import math
 import os
 import random
+import shutil
+import signal
 import struct
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 import torch
@@ -29,7 +34,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import ferry
-from ferry.load import parse_header
+from ferry.load import parse_header, read_headers
+from helpers import Daemon, go_binary, need
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dcp_workers")
 sys.path.insert(0, WORKERS)
@@ -85,10 +91,12 @@ def torchrun(models, out, extra=(), env=None):
 
 
 def results(out, case):
+    case, _, via = case.partition("@")
     arch, how = case.split("/")
+    name = f"{arch}-{how}" + (f"-{via}" if via else "")
     got = []
     for rank in range(RANKS):
-        p = out / f"{arch}-{how}.{rank}.json"
+        p = out / f"{name}.{rank}.json"
         assert p.exists(), f"{case}: rank {rank} wrote no result"
         got.append(json.loads(p.read_text()))
     return got
@@ -102,9 +110,9 @@ def check_case(out, case, total):
         assert r["mismatches_after_step"] == [], f"{case} rank {rank}: differs after one AdamW step"
         assert r["meta"] == [], f"{case} rank {rank}: tensors left on meta: {r['meta']}"
         assert r["control_caught"], f"{case} rank {rank}: the comparison missed a changed element"
-        assert r["tied"] == tiny_models.CONFIGS[case.split("/")[0]]["tie_word_embeddings"]
+        assert r["tied"] == tiny_models.CONFIGS[case.split("/")[0]]["tie_word_embeddings"], case
     read = [r["bytes"] for r in rs]
-    if case.endswith("/none"):
+    if "/none" in case:
         assert read == [total] * RANKS, read
     else:
         # each rank its own part: together every byte once
@@ -125,6 +133,127 @@ def loaded(tmp_path_factory):
 def test_bit_identical_to_from_pretrained(loaded, case):
     out, totals = loaded
     check_case(out, case, totals[case.split("/")[0]])
+
+
+# -- through ferry-serve, from a local directory and from S3 -------------------------------
+SERVE_CASES = ["llama/fsdp2@serve", "qwen2/fsdp1@serve", "qwen2/fsdp2@s3", "llama/none@s3"]
+
+
+def versitygw_binary():
+    found = shutil.which("versitygw")
+    if found:
+        return found
+    r = subprocess.run([go_binary(), "env", "GOPATH"], capture_output=True, text=True)
+    cand = os.path.join(r.stdout.strip(), "bin", "versitygw")
+    return cand if os.path.exists(cand) else None
+
+
+@pytest.fixture(scope="module")
+def s3_models(tmp_path_factory):
+    """A real S3 server (versitygw, POSIX back end, as the Go tests use) on
+    127.0.0.1: bucket "ferry" holds the tiny models under models/."""
+    exe = versitygw_binary()
+    need("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; scripts/setup-test-deps)", exe)
+    root = tmp_path_factory.mktemp("s3")
+    (root / "ferry").mkdir()
+    totals = save_models(root / "ferry" / "models")
+    port = free_port()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "ferrytest",
+           "AWS_SECRET_ACCESS_KEY": "ferrytestsecret0123456789", "AWS_REGION": "us-east-1"}
+    log = open(root / "versitygw.log", "w+")
+    proc = subprocess.Popen([exe, "--access", env["AWS_ACCESS_KEY_ID"], "--secret", env["AWS_SECRET_ACCESS_KEY"],
+                             "--region", env["AWS_REGION"], "--port", f"127.0.0.1:{port}", "--quiet", "posix",
+                             str(root)], stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, ROOT_ACCESS_KEY_ID="", ROOT_SECRET_ACCESS_KEY=""))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"versitygw exited {proc.returncode} at start:\n{log.read()}")
+            try:
+                urllib.request.urlopen(env["AWS_ENDPOINT_URL"] + "/", timeout=1)
+                break
+            except urllib.error.HTTPError:  # it answers (403 without a signature): up
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("versitygw did not answer within 30 s")
+                time.sleep(0.05)
+        yield dict(env=env, models=root / "ferry" / "models", totals=totals)
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+def shm_names():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture(scope="module")
+def served(serve_bin, s3_models, tmp_path_factory):
+    """One torchrun launch of SERVE_CASES through one ferry-serve (model
+    files only) that reads the local models and the S3 ones."""
+    out = tmp_path_factory.mktemp("load-serve")
+    sock = str(out / "ferry.sock")
+    before = shm_names()
+    env = dict(os.environ, **s3_models["env"])
+    d = Daemon(serve_bin, None, sock, ["--file-keep", "120s"], env=env)
+    try:
+        torchrun(s3_models["models"], out, ["--cases", ",".join(SERVE_CASES), "--serve", sock, "--s3",
+                                            "s3://ferry/models"], env=env)
+    finally:
+        d.kill(signal.SIGTERM)
+    return out, s3_models, d.output(), before
+
+
+@pytest.mark.parametrize("case", SERVE_CASES)
+def test_bit_identical_through_serve_and_s3(served, case):
+    out, s3m, _, _ = served
+    check_case(out, case, s3m["totals"][case.split("/")[0]])
+
+
+def test_serve_reads_each_file_once_per_node(served):
+    """The node's ranks asked for every file; the daemon read each once (its
+    log line per read), and left nothing in /dev/shm."""
+    _, s3m, log, before = served
+    for arch in ARCHS:
+        files = sorted(f for f in os.listdir(s3m["models"] / arch) if f.endswith(".safetensors"))
+        for where in (str(s3m["models"] / arch), f"s3://ferry/models/{arch}"):
+            for f in files:
+                n = log.count(f"model file {where}/{f}: ")
+                used = any(c.startswith(arch) and (c.endswith("@s3") == where.startswith("s3://"))
+                           for c in SERVE_CASES)
+                assert n == (1 if used else 0), f"{where}/{f} read {n} times:\n{log[-3000:]}"
+    assert shm_names() == before
+
+
+def test_daemon_killed_mid_load(serve_bin, saved, tmp_path):
+    """A daemon killed after the headers were read: the next file gives
+    DaemonGone naming the socket and the file, and no model is returned."""
+    from ferry.weights_client import ServeSource
+
+    sock = str(tmp_path / "s.sock")
+    d = Daemon(serve_bin, None, sock)
+    src = ServeSource(str(saved / "llama"), sock)
+    try:
+        tensors = read_headers(src)
+        assert len(tensors) == len(reference(saved / "llama").state_dict())
+        d.kill()
+        f = sorted({t.file for t in tensors.values()})[0]
+        with pytest.raises(ferry.DaemonGone, match=f"closed the connection while loading .*{f}.*killed"):
+            src.acquire(f)
+    finally:
+        src.close()
+        d.kill()
+    with pytest.raises(ferry.DaemonGone, match="no ferry-serve at"):
+        ferry.load_pretrained(meta_model("llama"), saved / "llama", serve=sock)
+
+
+def test_s3_needs_serve():
+    with pytest.raises(ferry.LoadError, match="serve=SOCKET"):
+        ferry.load_pretrained(meta_model("llama"), "s3://bucket/model")
 
 
 # -- one process -----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 on the same wrapping, for the inputs of test_load.py.
 
     python -m torch.distributed.run --nproc_per_node=N load_worker.py --models DIR --out DIR \
-        [--cases llama/fsdp2,qwen2/fsdp1,...] [--serve SOCKET] [--source PATH_OR_S3_PREFIX]
+        [--cases llama/fsdp2,qwen2/fsdp1@serve,llama/none@s3,...] [--serve SOCKET] [--s3 s3://B/P]
 
 DIR/ARCH is a model saved by save_pretrained in several shard files. For each
 case ARCH/WRAP (WRAP: fsdp2, fsdp1, none):
@@ -16,7 +16,9 @@ case ARCH/WRAP (WRAP: fsdp2, fsdp1, none):
              after loading), then ferry.load_pretrained(model, SOURCE)
 
 and compares every parameter and buffer, gathered whole, bit for bit; then
-runs one AdamW step on both with the same batch and compares again. Each
+runs one AdamW step on both with the same batch and compares again. A case
+ending in @serve loads through ferry-serve (--serve), one ending in @s3
+from the s3:// prefix --s3 through ferry-serve. Each
 rank writes OUT/CASE.RANK.json: the mismatches found (none is a pass), the
 bytes it read, the number of tensors compared, and whether the comparison
 caught a one-element change made on purpose (the control).
@@ -151,8 +153,8 @@ def main():
     ap.add_argument("--models", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", default="llama/fsdp2,qwen2/fsdp2,llama/fsdp1,qwen2/fsdp1,llama/none,qwen2/none")
-    ap.add_argument("--serve", default=None)
-    ap.add_argument("--source", default=None, help="load from here instead of MODELS (ARCH is appended)")
+    ap.add_argument("--serve", default=None, help="ferry-serve's socket, for cases ARCH/WRAP@serve and @s3")
+    ap.add_argument("--s3", default=None, help="s3:// prefix holding the models, for cases ARCH/WRAP@s3")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -160,19 +162,23 @@ def main():
     rank = dist.get_rank()
     dtype = getattr(torch, args.dtype)
     for case in args.cases.split(","):
+        case, _, via = case.partition("@")
         arch, how = case.split("/")
-        source = os.path.join(args.source, arch) if args.source else os.path.join(args.models, arch)
-        if args.source and args.source.startswith("s3://"):
-            source = args.source.rstrip("/") + "/" + arch
+        source, serve = os.path.join(args.models, arch), None
+        if via == "serve":
+            serve = args.serve
+        elif via == "s3":
+            source, serve = args.s3.rstrip("/") + "/" + arch, args.serve
         t0 = time.monotonic()
         try:
-            res = run_case(arch, how, args.models, source, args.serve, dtype)
+            res = run_case(arch, how, args.models, source, serve, dtype)
         except Exception as e:  # reported, not hidden: the test fails on it
             import traceback
 
             res = dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         res["wall"] = time.monotonic() - t0
-        with open(os.path.join(args.out, f"{arch}-{how}.{rank}.json"), "w") as f:
+        name = f"{arch}-{how}" + (f"-{via}" if via else "")
+        with open(os.path.join(args.out, f"{name}.{rank}.json"), "w") as f:
             json.dump(res, f)
         dist.barrier()
     dist.destroy_process_group()
