@@ -23,11 +23,11 @@
 // Apply normalizes the messages as transformers 5.24 does (NormalizeMessages:
 // null-valued keys dropped, reasoning fields aliased) and passes tools=None
 // and documents=None when absent, as transformers does (so "tools is
-// defined" is true). ShareGPT maps from/value turns to messages;
-// ChatFromRecord reads a dataset record (messages, ShareGPT conversations
-// or a bare list; tools as a list or a JSON string; chat_template_kwargs)
-// and refuses media content parts (ErrNotText). Chat.Unnormalized renders
-// as transformers 4.x does, which hands the messages over unchanged.
+// defined" is true). ShareGPT maps from/value turns to messages. Reading
+// dataset records into a Chat (messages, ShareGPT conversations, tools as a
+// list or a JSON string, chat_template_kwargs, text-only content) is
+// internal/dataset's ReadChat, the one reader dataprep uses. Chat.Unnormalized
+// renders as transformers 4.x does, which hands the messages over unchanged.
 //
 // Generation spans are byte offsets into Result.Text (Start, End) and the
 // same in code points (CharStart, CharEnd), which is what transformers'

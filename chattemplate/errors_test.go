@@ -197,53 +197,6 @@ func TestShareGPT(t *testing.T) {
 	}
 }
 
-func TestChatFromRecord(t *testing.T) {
-	tests := []struct {
-		rec     string
-		wantErr error
-		check   func(c Chat) string // "" if fine
-	}{
-		{`{"messages": [{"role": "user", "content": "hi"}], "tools": "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "chat_template_kwargs": {"enable_thinking": false}}`, nil,
-			func(c Chat) string {
-				if len(c.Messages.Items) != 1 || c.Tools.(*List).Items[0].(*Dict).Len() != 2 || c.Kwargs["enable_thinking"] != false {
-					return "fields not read"
-				}
-				return ""
-			}},
-		{`{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}`, nil,
-			func(c Chat) string {
-				if r, _ := c.Messages.Items[1].(*Dict).Get("role"); r != "assistant" {
-					return "sharegpt not mapped"
-				}
-				return ""
-			}},
-		{`[{"role": "user", "content": [{"type": "text", "text": "a"}]}]`, nil, func(c Chat) string { return "" }},
-		{`[{"role": "user", "content": [{"type": "image", "url": "x.png"}]}]`, ErrNotText, nil},
-		{`{"messages": [], "tools": [1]}`, errAny, nil},
-		{`{"prompt": "x"}`, errAny, nil},
-		{`"x"`, errAny, nil},
-	}
-	for _, tt := range tests {
-		v, err := ParseJSONValue([]byte(tt.rec))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := ChatFromRecord(v)
-		switch {
-		case tt.wantErr == errAny && err == nil, tt.wantErr != nil && tt.wantErr != errAny && !errors.Is(err, tt.wantErr):
-			t.Errorf("%s: err %v, want %v", tt.rec, err, tt.wantErr)
-		case tt.wantErr == nil && err != nil:
-			t.Errorf("%s: %v", tt.rec, err)
-		case tt.check != nil && err == nil:
-			if msg := tt.check(c); msg != "" {
-				t.Errorf("%s: %s", tt.rec, msg)
-			}
-		}
-	}
-}
-
-var errAny = errors.New("any error")
-
 // TestUnnormalized: transformers 4.57 hands messages to the template as
 // they are; deepseek-r1's template then iterates a null tool_calls.
 func TestUnnormalized(t *testing.T) {
