@@ -1,9 +1,9 @@
 """Model files from the node's ``ferry-serve`` (Go: serve/weights.go), for
 :func:`ferry.load_pretrained` with ``serve=SOCKET`` or an ``s3://`` path.
 
-The daemon reads each file of the model once per node (direct from local
-disk, large parallel reads on network file systems, parallel ranged GETs on
-S3, all by ferry's Go readers) into a sealed memfd that it passes to every
+The daemon reads each file of the model once per node (ferry's Go readers,
+ckpt.SourceFor: local and mounted files mapped, S3 by ranged GETs; 16 MiB
+pieces, 8 at a time) into a sealed memfd that it passes to every
 rank asking for it (SCM_RIGHTS); each rank maps it read-only, copies its own
 shards' ranges out and unmaps it before moving on to the next file. Headers
 and the index are small ranged reads for the asking rank only. Nothing is
