@@ -4,6 +4,7 @@
 //
 //	go run ./bench/tokenize [-quick] [-threads 1,2] [-runs 5] [-alpaca-mb 20]
 //	go run ./bench/tokenize ferry -tokenizer DIR [flags] [IN.jsonl]   (ferry's side alone; ferry.go)
+//	go run ./bench/tokenize load -tokenizer DIR                        (one timed tokenize.Load; load.go)
 //
 // Inputs: (a) the bundled Alpaca demo records formatted as the seed workloads
 // do ("### Instruction:\n...\n\n### Input:\n...\n\n### Response:\n...{eos}"),
@@ -18,6 +19,13 @@
 // test venv that scripts/setup-test-deps builds (-python; default
 // $FERRY_PYTHON, else $FERRY_CACHE/venv/bin/python). Run from the repository
 // root.
+//
+// It also times Load, before each tokenizer's encode runs, and prints a Load
+// table at the end (-load-runs fresh processes per figure, 0 to skip): ferry's tokenize.Load with an
+// empty compiled cache (the first Load: parse and write the cache), from the
+// cache, and with the cache off, against HF's Tokenizer.from_file
+// (bench/anchors/hf_load.py), each timed inside its process around the load
+// call alone.
 package main
 
 import (
@@ -54,12 +62,15 @@ type config struct {
 	work      string
 	jsonOut   string
 	tokenizer string
+	loadRuns  int
 }
 
 func main() {
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "ferry" {
 		err = runFerry(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else if len(os.Args) > 1 && os.Args[1] == "load" {
+		err = runLoad(os.Args[2:], os.Stdout, os.Stderr)
 	} else {
 		err = run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
 	}
@@ -82,6 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.work, "work", "", "scratch `dir` (default: a temporary directory)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to `file`")
 	fs.StringVar(&c.tokenizer, "tokenizer", "", "only these tokenizers, comma-separated (default: all twelve in testdata/tokenizers)")
+	fs.IntVar(&c.loadRuns, "load-runs", 5, "fresh processes per Load time (0: no Load table)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,6 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if c.quick {
 		c.runs = min(c.runs, 3)
+		c.loadRuns = min(c.loadRuns, 3)
 		c.alpacaMB = min(c.alpacaMB, 2)
 	}
 	if out, err := exec.CommandContext(ctx, c.python, "-c", "import tokenizers").CombinedOutput(); err != nil {
@@ -108,6 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.work = dir
 	}
 	var results []result
+	var loads []loadResult
 	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>",
 		"tinyllama": "</s>", "llama2": "</s>", "mistral-v0.3": "</s>", "phi3": "<|endoftext|>",
 		"deepseek-r1": "<｜end▁of▁sentence｜>", "phi4": "<|im_end|>", "olmo2": "<|endoftext|>",
@@ -128,6 +142,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dir, err := unpackTokenizer(name, c.work)
 		if err != nil {
 			return err
+		}
+		if c.loadRuns > 0 {
+			lr, err := measureLoad(ctx, c, name, dir, c.loadRuns)
+			if err != nil {
+				return err
+			}
+			loads = append(loads, lr)
 		}
 		tok, err := tokenize.Load(dir)
 		if err != nil {
@@ -162,8 +183,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	if len(loads) > 0 {
+		fmt.Fprintf(stdout, "\nLoad (ms; median of %d fresh processes, timed around the load call; first = empty compiled cache)\n", c.loadRuns)
+		fmt.Fprintf(stdout, "%-12s | %10s %10s %10s %10s | %10s %10s | %8s %8s\n",
+			"tokenizer", "ferry 1st", "ferry", "ferry cpu", "no cache", "HF", "HF cpu", "HF/ferry", "cpu")
+		for _, r := range loads {
+			fmt.Fprintf(stdout, "%-12s | %10.1f %10.1f %10.1f %10.1f | %10.1f %10.1f | %7.1fx %7.1fx\n",
+				r.Tokenizer, r.FirstMs, r.FerryMs, r.FerryCPU, r.ParseMs, r.HFMs, r.HFCPU, r.Ratio, r.RatioCPU)
+		}
+	}
 	if c.jsonOut != "" {
-		b, _ := json.MarshalIndent(results, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"encode": results, "load": loads}, "", "  ")
 		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
 			return err
 		}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -44,5 +47,30 @@ func TestInputs(t *testing.T) {
 	}
 	if m := procstat.Median([]float64{3, 1, 2, 10}); m != 2 {
 		t.Errorf("median = %v, want 2 (the lower middle)", m)
+	}
+}
+
+// TestLoadCommand: `load` prints a bench line that timedJSON reads, with the
+// compiled cache where FERRY_TOKENIZER_CACHE says (written on the first run).
+func TestLoadCommand(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", cache)
+	for range 2 {
+		var out, errOut strings.Builder
+		if err := runLoad([]string{"-tokenizer", "../../testdata/tokenizers/qwen2.5"}, &out, &errOut); err != nil {
+			t.Fatal(err, errOut.String())
+		}
+		var v struct {
+			Bench map[string]float64 `json:"bench"`
+		}
+		if err := json.Unmarshal([]byte(out.String()), &v); err != nil || v.Bench["load_s"] <= 0 || v.Bench["load_cpu_s"] < 0 {
+			t.Fatalf("load printed %q (%v)", out.String(), err)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(cache, "*.ferrytok")); len(m) != 1 {
+		t.Errorf("compiled cache holds %q, want one file", m)
+	}
+	if err := runLoad(nil, io.Discard, io.Discard); err == nil {
+		t.Error("load without -tokenizer: no error")
 	}
 }

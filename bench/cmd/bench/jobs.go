@@ -25,6 +25,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 		inputs = append(inputs, in...)
 	}
 	add(tokenizerJobs(e))
+	add(tokenizerLoadJobs(e))
 	add(transformersTokenizeJobs(e))
 	add(dataprepJobs(e))
 	add(partsJobs(e))
