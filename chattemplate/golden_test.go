@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 const testdataDir = "../testdata/chattemplate"
@@ -27,18 +30,29 @@ type corpusCase struct {
 	ShareGPT *List
 }
 
-func readGzipLines(t testing.TB, path string, f func(line []byte)) {
+func readLines(t testing.TB, path string, f func(line []byte)) {
 	t.Helper()
 	file, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer file.Close()
-	zr, err := gzip.NewReader(file)
-	if err != nil {
-		t.Fatal(err)
+	var r io.Reader
+	if strings.HasSuffix(path, ".zst") {
+		zr, err := zstd.NewReader(file, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zr.Close()
+		r = zr
+	} else {
+		zr, err := gzip.NewReader(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
 	}
-	sc := bufio.NewScanner(zr)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
 		f(sc.Bytes())
@@ -50,7 +64,7 @@ func readGzipLines(t testing.TB, path string, f func(line []byte)) {
 
 func loadCorpus(t testing.TB) []corpusCase {
 	var out []corpusCase
-	readGzipLines(t, filepath.Join(testdataDir, "corpus.jsonl.gz"), func(line []byte) {
+	readLines(t, filepath.Join(testdataDir, "corpus.jsonl.gz"), func(line []byte) {
 		v, err := ParseJSONValue(line)
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +98,7 @@ type golden struct {
 
 func loadGoldens(t testing.TB) []golden {
 	var out []golden
-	readGzipLines(t, filepath.Join(testdataDir, "goldens.jsonl.gz"), func(line []byte) {
+	readLines(t, filepath.Join(testdataDir, "goldens.jsonl.zst"), func(line []byte) {
 		var g golden
 		if err := json.Unmarshal(line, &g); err != nil {
 			t.Fatal(err)

@@ -31,7 +31,7 @@ func TestRandomTemplates(t *testing.T) {
 	kinds := map[string]error{"TemplateError": ErrRaised, "UndefinedError": ErrUndefined, "SecurityError": ErrSecurity,
 		"TypeError": ErrType, "AttributeError": ErrType, "OverflowError": ErrType, "ValueError": ErrType, "ZeroDivisionError": ErrType, "TemplateSyntaxError": ErrSyntax}
 	n, bad, unsupported := 0, 0, 0
-	readGzipLines(t, filepath.Join(testdataDir, "random.jsonl.gz"), func(line []byte) {
+	readLines(t, filepath.Join(testdataDir, "random.jsonl.gz"), func(line []byte) {
 		n++
 		c, err := ParseJSONValue(line)
 		if err != nil {

@@ -9,7 +9,7 @@ Run with the pinned test venv (scripts/setup-test-deps):
 
 It reads the chat datasets in ../shared/testdata/chat (to build the corpus)
 and the families' tokenizer.json (to build a tokenizer object offline), and
-writes testdata/chattemplate/corpus.jsonl.gz and goldens.jsonl.gz
+writes testdata/chattemplate/corpus.jsonl.gz and goldens.jsonl.zst (zstd -19: its renders repeat far beyond gzip's window)
 (deterministic: same inputs, same bytes), and re-renders the expected
 results of the hand-written cases in testdata/chattemplate/semantics.json.
 
@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 
 import transformers
@@ -358,7 +359,8 @@ def main():
         for c in cases:
             f.write((json.dumps(c, ensure_ascii=False) + "\n").encode("utf-8"))
     n = errs = 0
-    with gzip.GzipFile(os.path.join(OUT, "goldens.jsonl.gz"), "wb", mtime=0) as f:
+    zst = subprocess.Popen(["zstd", "-q", "-19", "-f", "-o", os.path.join(OUT, "goldens.jsonl.zst")], stdin=subprocess.PIPE)
+    with zst.stdin as f:
         for tname, tok, template in [*families(args.shared), *trl_templates(args.shared)]:
             for c in cases:
                 rec = {"template": tname, "case": c["id"]}
@@ -372,6 +374,8 @@ def main():
                     errs += 1
                 n += 1
                 f.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+    if zst.wait() != 0:
+        sys.exit(f"zstd exited {zst.returncode} writing goldens.jsonl.zst")
     print(f"transformers {transformers.__version__}: {len(cases)} conversations, {n} renders, {errs} errors", file=sys.stderr)
 
 
