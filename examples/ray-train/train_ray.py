@@ -132,7 +132,7 @@ def clip_grad_norm(model, max_norm):
     return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
-def fsdp_cpu(model):
+def fsdp_cpu(model, param_init_fn=None):
     """FSDP1 on CPU (gloo): the GPU path's setup, FULL_SHARD with each decoder
     layer its own unit and use_orig_params, in float32 (no mixed precision)."""
     import functools
@@ -143,7 +143,17 @@ def fsdp_cpu(model):
     layer_cls = {type(m) for m in model.modules() if type(m).__name__.endswith("DecoderLayer")}
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layer_cls)
     return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
-                use_orig_params=True, device_id=torch.device("cpu"))
+                use_orig_params=True, device_id=torch.device("cpu"), param_init_fn=param_init_fn)
+
+
+def local_model(name):
+    """A directory (or s3:// prefix) for ferry.load_pretrained: a hub name is
+    downloaded into the Hugging Face cache first, as from_pretrained does."""
+    if name.startswith("s3://") or os.path.isdir(name):
+        return name
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(name, allow_patterns=["*.safetensors", "*.json"])
 
 
 def build_model(config, device):
@@ -155,20 +165,33 @@ def build_model(config, device):
         torch.manual_seed(config.get("seed", 0))
         model = TinyLM(config.get("vocab_size", 8192)).to(device)
         return torch.nn.parallel.DistributedDataParallel(model), False
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     dtype = torch.float32 if config["cpu"] else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(config.get("model") or MODEL_NAME, dtype=dtype)
+    # The model is built from its config, sharded by FSDP, then each worker
+    # loads only its shard (ferry.load_pretrained; with --serve through the
+    # node's ferry-serve, which reads each file once for the node's
+    # workers). The seed read the whole model in every worker. FSDP1
+    # materialises a meta model module by module, which unties tied weights
+    # (Qwen2.5-3B's lm_head), so a tied model is built on CPU.
+    path = local_model(config.get("model") or MODEL_NAME)
+    cfg = AutoConfig.from_pretrained(path)
+    meta = not cfg.tie_word_embeddings
+    with torch.device("meta" if meta else "cpu"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     model.config.use_cache = False
     if ferry.read_manifest(config["data_dir"]).mode == "pack":
         print(ferry.check_packing(model), flush=True)  # refuses a model that would mix packed examples
+    init = (lambda m: m.to_empty(device=device, recurse=False)) if meta else None
     if config["cpu"]:
-        return fsdp_cpu(model), True
-    from ray.train.torch import prepare_model
+        model = fsdp_cpu(model, init)
+    else:
+        from ray.train.torch import prepare_model
 
-    # FSDP instead of the seed's DDP, so the checkpoint is sharded.
-    model = prepare_model(model, parallel_strategy="fsdp",
-                          parallel_strategy_kwargs={"use_orig_params": True})
+        # FSDP instead of the seed's DDP, so the checkpoint is sharded.
+        model = prepare_model(model, parallel_strategy="fsdp",
+                              parallel_strategy_kwargs={"use_orig_params": True, "param_init_fn": init})
+    ferry.load_pretrained(model, path, serve=config.get("serve"), dtype=dtype)
     return model, True
 
 

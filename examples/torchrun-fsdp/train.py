@@ -167,6 +167,16 @@ class TinyLM(nn.Module):
         return types.SimpleNamespace(loss=loss, logits=logits)
 
 
+def local_model(name):
+    """A directory (or s3:// prefix) for ferry.load_pretrained: a hub name is
+    downloaded into the Hugging Face cache first, as from_pretrained does."""
+    if name.startswith("s3://") or os.path.isdir(name):
+        return name
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(name, allow_patterns=["*.safetensors", "*.json"])
+
+
 def build_model(args, local_rank, device):
     """(wrapped model, is_fsdp, tokenizer or None)."""
     if args.tiny:
@@ -180,7 +190,7 @@ def build_model(args, local_rank, device):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_name)
@@ -197,9 +207,16 @@ def build_model(args, local_rank, device):
         fa2 = not on_cpu and importlib.util.find_spec("flash_attn") is not None
         kwargs["attn_implementation"] = "flash_attention_2" if fa2 else "sdpa"
     # The seed loads bf16 weights; without bf16 (a CPU without native bf16)
-    # the weights stay fp32.
-    model = AutoModelForCausalLM.from_pretrained(args.model_name, torch_dtype=torch.bfloat16 if bf16 else torch.float32,
-                                                 **kwargs)
+    # the weights stay fp32. ferry builds the model on the meta device, lets
+    # FSDP shard it, then loads each rank's shard only (ferry.load_pretrained
+    # below; through the node's ferry-serve with --serve): the seed read the
+    # whole model on every rank. FSDP1 materialises a meta model module by
+    # module, which unties tied weights, so a tied model is built on CPU.
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    config = AutoConfig.from_pretrained(args.model_name)
+    meta = not config.tie_word_embeddings
+    with torch.device("meta" if meta else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
     if pack:
         print(ferry.check_packing(model), flush=True)
     model.config.use_cache = False  # incompatible with gradient checkpointing / FSDP training
@@ -217,7 +234,9 @@ def build_model(args, local_rank, device):
         ) if bf16 else None,
         device_id=device if on_cpu else local_rank,
         use_orig_params=True,
+        param_init_fn=(lambda m: m.to_empty(device=device, recurse=False)) if meta else None,
     )
+    ferry.load_pretrained(model, local_model(args.model_name), serve=args.serve, dtype=dtype)
     return model, True, tokenizer
 
 

@@ -572,8 +572,19 @@ def load_pretrained(model, path, *, serve=None, dtype=None, device=None, threads
     return model
 
 
+def _persistent_buffers(root):
+    """(name, buffer) of the buffers a state dict holds."""
+    for mname, m in root.named_modules():
+        skip = getattr(m, "_non_persistent_buffers_set", ())
+        for bname, b in m._buffers.items():
+            if b is not None and bname not in skip:
+                yield f"{mname}.{bname}" if mname else bname, b
+
+
 def _check_dtype(root, dtype):
-    bad = [(n, t.dtype) for n, t in list(root.named_parameters()) + list(root.named_buffers())
+    """dtype= (non-persistent buffers aside: from_pretrained keeps them in
+    float32, _recompute_buffers does too)."""
+    bad = [(_clean(n), t.dtype) for n, t in list(root.named_parameters()) + list(_persistent_buffers(root))
            if t.dtype.is_floating_point and t.dtype != dtype]
     if not bad:
         return
@@ -585,7 +596,9 @@ def _check_dtype(root, dtype):
                         f"from_config(config, dtype={dtype}) before sharding it")
     for n, m in root.named_modules():
         if not any(k in n.split(".") for k in keep):
-            for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
+            skip = getattr(m, "_non_persistent_buffers_set", ())
+            bufs = [b for k, b in m._buffers.items() if b is not None and k not in skip]
+            for t in list(m.parameters(recurse=False)) + bufs:
                 if t.dtype.is_floating_point and t.dtype != dtype:
                     t.data = t.data.to(dtype)
 

@@ -46,7 +46,7 @@ sys.path.remove(WORKERS)
 RANKS = 3
 ARCHS = ("llama", "qwen2")  # untied, tied
 WRAPS = ("fsdp2", "fsdp1", "none")
-CASES = [f"{a}/{w}" for a in ARCHS for w in WRAPS]
+CASES = [f"{a}/{w}" for a in ARCHS for w in WRAPS] + ["llama/fsdp1~bfloat16", "qwen2/fsdp2~bfloat16"]
 DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2}
 
 
@@ -92,8 +92,9 @@ def torchrun(models, out, extra=(), env=None):
 
 def results(out, case):
     case, _, via = case.partition("@")
+    case, _, dt = case.partition("~")
     arch, how = case.split("/")
-    name = f"{arch}-{how}" + (f"-{via}" if via else "")
+    name = f"{arch}-{how}" + (f"-{dt}" if dt else "") + (f"-{via}" if via else "")
     got = []
     for rank in range(RANKS):
         p = out / f"{name}.{rank}.json"

@@ -18,7 +18,8 @@ case ARCH/WRAP (WRAP: fsdp2, fsdp1, none):
 and compares every parameter and buffer, gathered whole, bit for bit; then
 runs one AdamW step on both with the same batch and compares again. A case
 ending in @serve loads through ferry-serve (--serve), one ending in @s3
-from the s3:// prefix --s3 through ferry-serve. Each
+from the s3:// prefix --s3 through ferry-serve; ARCH/WRAP~DTYPE builds both
+models in DTYPE (from_pretrained(dtype=DTYPE), load_pretrained(dtype=DTYPE)). Each
 rank writes OUT/CASE.RANK.json: the mismatches found (none is a pass), the
 bytes it read, the number of tensors compared, and whether the comparison
 caught a one-element change made on purpose (the control).
@@ -160,9 +161,10 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    dtype = getattr(torch, args.dtype)
     for case in args.cases.split(","):
         case, _, via = case.partition("@")
+        case, _, dt = case.partition("~")
+        dtype = getattr(torch, dt) if dt else getattr(torch, args.dtype)
         arch, how = case.split("/")
         source, serve = os.path.join(args.models, arch), None
         if via == "serve":
@@ -177,7 +179,7 @@ def main():
 
             res = dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         res["wall"] = time.monotonic() - t0
-        name = f"{arch}-{how}" + (f"-{via}" if via else "")
+        name = f"{arch}-{how}" + (f"-{dt}" if dt else "") + (f"-{via}" if via else "")
         with open(os.path.join(args.out, f"{name}.{rank}.json"), "w") as f:
             json.dump(res, f)
         dist.barrier()
