@@ -69,3 +69,32 @@ func BenchmarkEncode(b *testing.B) {
 		b.Run("corpus/"+m, func(b *testing.B) { benchTexts(b, tok, corpusTexts(b)) })
 	}
 }
+
+// BenchmarkEncodeCold is one pass over the bundled Alpaca prompts with an
+// empty pre-token cache each time (issue 31's "cold" figure; the 52K real
+// prompts have more distinct words per byte than this 999-record sample).
+func BenchmarkEncodeCold(b *testing.B) {
+	eos := map[string]string{"qwen2.5": "<|endoftext|>", "llama3.1": "<|end_of_text|>"}
+	for _, m := range models {
+		tok := loadModel(b, m)
+		texts := alpacaPrompts(b, eos[m])
+		b.Run("alpaca/"+m, func(b *testing.B) {
+			n := 0
+			for _, s := range texts {
+				n += len(s)
+			}
+			b.SetBytes(int64(n))
+			var dst []int32
+			var cpu float64
+			for b.Loop() {
+				st := newState() // an empty cache
+				c0 := cpuSeconds()
+				for _, s := range texts {
+					dst = tok.appendEncode(dst[:0], s, true, st)
+				}
+				cpu += cpuSeconds() - c0
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/1e6/cpu, "MB/cpu-s")
+		})
+	}
+}

@@ -11,10 +11,15 @@ import (
 // (the byte-level characters of tokenizer.json decoded), so that the text is
 // never converted to byte-level characters.
 type bpeModel struct {
-	vocab        vocabIndex // raw bytes -> id, byte-level tokens only
-	byteID       [256]int32 // id of each single byte, -1 when absent
-	merges       mergeTable // left<<32|right -> rank<<32|merged
-	bytePairs    []uint64   // byte<<8|byte -> the merge of their ids (noRank<<32: none); nil when charLevel
+	vocab     vocabIndex // raw bytes -> id, byte-level tokens only
+	byteID    [256]int32 // id of each single byte, -1 when absent
+	merges    mergeTable // left<<32|right -> rank<<32|merged
+	bytePairs []uint64   // byte<<8|byte -> the merge of their ids (noRank<<32: none); nil when charLevel
+	// selfBPE[id]: BPE of id's vocabulary key gives id alone, so that a
+	// pre-token found in the vocabulary with this set needs no BPE (most
+	// new words of a cold pass). nil with ignore_merges (the vocabulary is
+	// looked up first anyway) and for character-level models.
+	selfBPE      []bool
 	ignoreMerges bool
 	unkID        int32 // -1 when there is no unk_token
 	fuseUnk      bool
@@ -88,6 +93,10 @@ const heapThreshold = 48
 func (m *bpeModel) appendBPE(dst []int32, word string, sc *scratch) []int32 {
 	if m.ignoreMerges {
 		if id, ok := m.vocab.get(word); ok {
+			return append(dst, id)
+		}
+	} else if m.selfBPE != nil {
+		if id, ok := m.vocab.get(word); ok && m.selfBPE[id] {
 			return append(dst, id)
 		}
 	}
@@ -336,4 +345,33 @@ func (p *statePool) put(st *state) {
 	sh.free = append(sh.free, st)
 	sh.n.Store(int32(len(sh.free)))
 	sh.mu.Unlock()
+}
+
+// buildSelfBPE fills m.selfBPE for a byte-level model without
+// ignore_merges: BPE of every vocabulary key, on two goroutines.
+func (m *bpeModel) buildSelfBPE(nIDs int) {
+	m.selfBPE = nil
+	if m.charLevel || m.ignoreMerges {
+		return
+	}
+	self := make([]bool, nIDs)
+	var ids []int32
+	m.vocab.all(func(_ string, id int32) bool {
+		ids = append(ids, id)
+		return true
+	})
+	var wg sync.WaitGroup
+	parts := min(2, len(ids)/1024+1)
+	for p := range parts {
+		wg.Go(func() {
+			var sc scratch
+			var out []int32
+			for _, id := range ids[p*len(ids)/parts : (p+1)*len(ids)/parts] {
+				out = m.appendBPE(out[:0], m.vocab.key(uint32(id)), &sc)
+				self[id] = len(out) == 1 && out[0] == id
+			}
+		})
+	}
+	wg.Wait()
+	m.selfBPE = self
 }

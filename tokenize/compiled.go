@@ -49,12 +49,13 @@ import (
 //	       next multiple of 8, in this order:
 //	       rest       tokenizer.json with model.vocab and model.merges replaced by null
 //	       scalars    8 u32: vocabSize, nIDs, unkID (-1: none), flags (1 charLevel,
-//	                  2 symCut), vocab index shift, vocab index count, merge table shift, 0
+//	                  2 symCut, 4 selfBPE), vocab index shift, vocab index count, merge table shift, 0
 //	       tokEnds    nIDs+1 u32: id's token (as in tokenizer.json) is tokArena[tokEnds[id]:tokEnds[id+1]]
 //	       tokArena   the tokens, concatenated
 //	       keyEnds    nIDs+1 u32, and
 //	       keys       each id's decoded bytes (the vocabulary index's keys)
-//	       idFlags    nIDs bytes: 1 the id exists, 2 not a byte-level string (oddTokens)
+//	       idFlags    nIDs bytes: 1 the id exists, 2 not a byte-level string (oddTokens),
+//	                  4 selfBPE[id]
 //	       vocabSlots u64 each: tag<<32 | id, 0 empty
 //	       byteID     256 i32
 //	       fallbackID 256 i32
@@ -65,7 +66,7 @@ import (
 // these tables, changes: a file of another version is not read.
 const (
 	compiledMagic   = "FERRYTOK"
-	compiledVersion = 1
+	compiledVersion = 2
 	compiledHeader  = 96
 	// maxCompiledSize bounds the cache file read (the largest real one,
 	// Llama-3.1's, is about 20 MB).
@@ -113,6 +114,7 @@ type modelTables struct {
 	byteID, fallbackID [256]int32
 	merges             mergeTable
 	bytePairs          []uint64
+	selfBPE            []bool
 }
 
 // snapshotTables copies the tables right after parseModel.
@@ -137,6 +139,7 @@ func (t *Tokenizer) installTables(mt *modelTables) error {
 	t.vocabSize = mt.vocabSize
 	bm.unkID, bm.symCut = mt.unkID, mt.symCut
 	bm.vocab, bm.byteID, bm.fallbackID, bm.merges, bm.bytePairs = mt.vocab, mt.byteID, mt.fallbackID, mt.merges, mt.bytePairs
+	bm.selfBPE = mt.selfBPE
 	t.tokens, t.isToken = mt.tokens, mt.isToken
 	t.decoded = make([]string, len(mt.tokens), cap(mt.tokens))
 	for id := range t.decoded {
@@ -205,6 +208,9 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 	if mt.symCut {
 		flags |= 2
 	}
+	if mt.selfBPE != nil {
+		flags |= 4
+	}
 	u32s([]uint32{uint32(mt.vocabSize), uint32(len(mt.tokens)), uint32(mt.unkID), flags,
 		uint32(mt.vocab.shift), uint32(mt.vocab.n), uint32(mt.merges.shift), 0})
 	ends := make([]uint32, len(mt.tokens)+1)
@@ -231,6 +237,9 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 		}
 		if mt.odd[id] {
 			f |= 2
+		}
+		if mt.selfBPE != nil && mt.selfBPE[id] {
+			f |= 4
 		}
 		dst = append(dst, f)
 	}
@@ -385,7 +394,7 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	vocabSize, nIDs, unkID, flags := int(sc[0]), int(sc[1]), int32(sc[2]), sc[3]
 	// Each id costs at least 9 bytes of the file (two ends and a flag byte):
 	// nIDs cannot ask for more memory than the file's size does.
-	if nIDs > len(body)/9 || vocabSize > nIDs || unkID < -1 || int(unkID) >= nIDs || flags > 3 || sc[7] != 0 {
+	if nIDs > len(body)/9 || vocabSize > nIDs || unkID < -1 || int(unkID) >= nIDs || flags > 7 || sc[7] != 0 {
 		r.fail("scalars: vocabulary of %d, %d ids, unk %d, flags %d", vocabSize, nIDs, unkID, flags)
 		return nil, r.err
 	}
@@ -414,13 +423,19 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 		mt.tokens[id] = tokArena[tokEnds[id]:tokEnds[id+1]]
 	}
 	mt.isToken, mt.odd = make([]bool, nIDs, room), make([]bool, nIDs)
+	if flags&4 != 0 {
+		mt.selfBPE = make([]bool, nIDs)
+	}
 	var allFlags byte
 	for id, f := range idFlags {
 		allFlags |= f
 		mt.isToken[id], mt.odd[id] = f&1 != 0, f&2 != 0
+		if mt.selfBPE != nil {
+			mt.selfBPE[id] = f&4 != 0
+		}
 	}
-	if allFlags > 3 {
-		r.fail("idFlags: flags other than 1 and 2")
+	if allFlags > 7 || (allFlags&4 != 0 && mt.selfBPE == nil) {
+		r.fail("idFlags: flags other than 1, 2 and 4 (with selfBPE)")
 	}
 	v.slots = le.Uint64s(vs)
 	v.shift = r.tableShift("vocabSlots", len(v.slots), sc[4])

@@ -139,7 +139,7 @@ func TestCompiledCorrupt(t *testing.T) {
 			return refix(b)
 		}, "keys:"},
 		{"id flags", func(b []byte) []byte {
-			b[sectionOffset(t, b, 6)] = 7
+			b[sectionOffset(t, b, 6)] = 8
 			return refix(b)
 		}, "idFlags"},
 		{"vocab slot", func(b []byte) []byte {

@@ -367,7 +367,7 @@ func (t *Tokenizer) build(f *fileJSON, tables *modelTables, keep bool) (*modelTa
 	}
 	t.finish()
 	if mt != nil {
-		mt.bytePairs = t.model.bytePairs
+		mt.bytePairs, mt.selfBPE = t.model.bytePairs, t.model.selfBPE
 	}
 	return mt, nil
 }

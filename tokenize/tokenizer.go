@@ -99,6 +99,9 @@ func (t *Tokenizer) finish() {
 	if t.model.bytePairs == nil { // the compiled cache has them
 		t.model.buildBytePairs()
 	}
+	if !t.compiled { // the compiled cache has them
+		t.model.buildSelfBPE(len(t.model.vocab.ends) - 1)
+	}
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
 	// An added token by its content (t.tokens has Llama-2's "▁<s>").
