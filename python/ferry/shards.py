@@ -131,6 +131,8 @@ class Manifest:
         self.labels = raw.get("labels")
         _need(isinstance(self.labels, str), path, f"labels = {self.labels!r}, want a string")
         self.tokenizer = raw.get("tokenizer")
+        # chat data: {"template_sha256", "date"} of the chat template it was rendered with
+        self.chat = raw.get("chat")
         _need(isinstance(self.tokenizer, dict), path, f"tokenizer = {self.tokenizer!r:.80}, want an object")
         self.stats = raw.get("stats") if raw.get("stats") is not None else {}
         _need(isinstance(self.stats, dict), path, f"stats = {self.stats!r:.80}, want an object")
@@ -279,11 +281,13 @@ def read_loss_tokens(directory, manifest=None):
     return counts
 
 
-def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None, mode=None):
+def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None, mode=None,
+                        chat_template=None, date=None):
     """What in an existing dataprep output differs from what a job asks for:
     the tokenizer (``tokenizer_dir`` or a ``tokenizer.json`` path, compared
-    by the sha256 dataprep records), ``seq_len``, the ``labels`` policy and
-    the row ``mode`` ("pad" or "pack");
+    by the sha256 dataprep records), ``seq_len``, the ``labels`` policy,
+    the row ``mode`` ("pad" or "pack"), and for chat data the chat template
+    (its text, compared by sha256) and the ``date`` strftime_now rendered;
     ``[]`` when it fits. Another shard count is fine: the loader re-splits
     the same global order."""
     m = read_manifest(data_dir)
@@ -303,6 +307,13 @@ def data_dir_mismatches(data_dir, tokenizer_dir=None, seq_len=None, labels=None,
         bad.append(f"labels {m.labels} != {labels}")
     if mode is not None and m.mode != mode:
         bad.append(f"mode {m.mode} != {mode}")
+    chat = m.chat or {}
+    if chat_template is not None:
+        want = hashlib.sha256(chat_template.encode("utf-8")).hexdigest()
+        if chat.get("template_sha256") != want:
+            bad.append(f"chat template sha256 {str(chat.get('template_sha256'))[:12]}... != {want[:12]}...")
+    if date is not None and chat.get("date") != date:
+        bad.append(f"date {chat.get('date')} != {date}")
     return bad
 
 

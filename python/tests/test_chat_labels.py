@@ -181,3 +181,46 @@ def test_chat_generation_labels_match_transformers(family, template, dataprep, t
             compared += 1
     assert compared > 20, (compared, refused)
     print(f"{family} {template}: {compared} rows equal, {refused} refused by both")
+
+
+def test_chat_generation_labels_match_trl_sft_trainer(dataprep, tmp_path):  # noqa: F811
+    """--labels generation with TRL's own Qwen2.5 training template (from
+    the installed trl package) == the labels TRL 1.16's SFTTrainer prepares
+    with assistant_only_loss=True (it swaps that template in for Qwen2.5's)."""
+    trl = pytest.importorskip("trl")
+    import importlib.resources
+
+    import datasets
+    import torch
+
+    family = "qwen2.5"
+    d = model_dir(tmp_path, family)
+    tok = hf_tokenizer(d)
+    tmpl = importlib.resources.files("trl") / "chat_templates" / "qwen2_5_training.jinja"
+    recs = []
+    for name in ("fastchat", "stock"):
+        recs += [r for r in records(DATASETS[name])[::STRIDE]]
+    inp = write_input(tmp_path, "trl", recs)
+    rows = run_dataprep(dataprep, d, inp, tmp_path / "gen-trl", "generation", tmpl)
+    kept = sorted(rows)
+    examples = []
+    for k in kept:
+        msgs, tools, _ = hf_call(tok, recs[k])
+        examples.append({"messages": msgs, "tools": json.dumps(tools) if tools else None})
+    ds = datasets.Dataset.from_list(examples)
+    cfg = transformers.Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg)
+    args = trl.SFTConfig(output_dir=str(tmp_path / "trl-out"), assistant_only_loss=True, max_length=None,
+                         report_to=[], dataset_num_proc=None, use_cpu=True, bf16=False)
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    prepared = trainer.train_dataset
+    assert len(prepared) == len(kept) > 20
+    mismatches = 0
+    for k, ex in zip(kept, prepared):
+        ids, labels = rows[k]
+        if ids != list(ex["input_ids"]) or labels != list(ex["labels"]):
+            mismatches += 1
+    assert mismatches == 0, f"{mismatches} of {len(kept)} rows differ from TRL's"
+    print(f"TRL SFTTrainer {trl.__version__} qwen2.5: {len(kept)} rows equal")
