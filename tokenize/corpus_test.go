@@ -93,7 +93,7 @@ func trunc32(s []int32) []int32 {
 	return s
 }
 
-// decodeGoldens reads corpus-dev.<model>.decode.jsonl.gz: what HF's decode
+// decodeGoldens reads corpus-dev.<model>.decode.jsonl.zst: what HF's decode
 // gives for the lines where it is not the line itself, keyed by line (from 1)
 // and add_special_tokens.
 func decodeGoldens(t testing.TB, model string) map[[2]int]string {
@@ -103,7 +103,7 @@ func decodeGoldens(t testing.TB, model string) map[[2]int]string {
 		Line    int    `json:"line"`
 		Special bool   `json:"special"`
 		Text    string `json:"text"`
-	}](t, filepath.Join(fixtures, "corpus-dev."+model+".decode.jsonl.gz")) {
+	}](t, filepath.Join(fixtures, "corpus-dev."+model+".decode.jsonl.zst")) {
 		k := 0
 		if r.Special {
 			k = 1
