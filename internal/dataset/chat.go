@@ -123,9 +123,27 @@ func ParseChat(name string, raw []byte, opt Options) (*ChatResult, error) {
 }
 
 type chatParser struct {
-	name string
-	res  *ChatResult
-	bad  func(*RecordError) error
+	name  string
+	res   *ChatResult
+	bad   func(*RecordError) error
+	lines lineCounter
+}
+
+// lineCounter gives the 1-based line of byte offsets asked for in
+// increasing order, counting newlines only since the last one asked
+// (lineAt per record would be quadratic in the file size).
+type lineCounter struct {
+	off  int
+	line int64
+}
+
+func (c *lineCounter) at(data []byte, off int) int64 {
+	if c.line == 0 || off < c.off {
+		c.off, c.line = 0, 1
+	}
+	c.line += int64(bytes.Count(data[c.off:off], []byte{'\n'}))
+	c.off = off
+	return c.line
 }
 
 // add converts record idx (v, found at byte offset off of data, -1 if
@@ -185,11 +203,11 @@ func (p *chatParser) json(data []byte) error {
 		if len(line) > 0 {
 			v, err := chattemplate.ParseJSONValue(line)
 			if err != nil {
-				if err := p.bad(&RecordError{File: p.name, Index: idx, Offset: int64(off), Line: lineAt(data, off),
+				if err := p.bad(&RecordError{File: p.name, Index: idx, Offset: int64(off), Line: p.lines.at(data, off),
 					Err: fmt.Errorf("%w: %v", ErrSyntax, err)}); err != nil {
 					return err
 				}
-			} else if err := p.add(idx, v, int64(off), lineAt(data, off)); err != nil {
+			} else if err := p.add(idx, v, int64(off), p.lines.at(data, off)); err != nil {
 				return err
 			}
 			idx++
@@ -219,7 +237,7 @@ func (p *chatParser) array(data []byte, start int) error {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errors.New("unexpected end of input (is the array cut short?)")
 		}
-		return &RecordError{File: p.name, Index: idx, Offset: int64(off), Line: lineAt(data, off), Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
+		return &RecordError{File: p.name, Index: idx, Offset: int64(off), Line: p.lines.at(data, off), Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
 	}
 	if _, err := dec.Token(); err != nil {
 		return syntax(0, err)
@@ -236,7 +254,7 @@ func (p *chatParser) array(data []byte, start int) error {
 		if err != nil {
 			return syntax(idx, err)
 		}
-		if err := p.add(idx, v, int64(off), lineAt(data, off)); err != nil {
+		if err := p.add(idx, v, int64(off), p.lines.at(data, off)); err != nil {
 			return err
 		}
 		idx++
