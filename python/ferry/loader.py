@@ -85,8 +85,9 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
     """Yields this rank's batches of a dataprep output directory.
 
     ``Loader(path, batch_size, ..., serve=SOCKET)`` returns a
-    :class:`ferry.ServeLoader` instead (a Loader subclass): the same batches
-    in the same order, with the same state, fed by the node's ``ferry-serve``
+    :class:`ferry.ServeLoader` instead (registered as a virtual Loader
+    subclass: ``isinstance(x, ferry.Loader)`` holds): the same batches in
+    the same order, with the same state, fed by the node's ``ferry-serve``
     daemon listening on SOCKET (``serve=True``: ``$FERRY_SERVE_SOCKET`` or
     /tmp/ferry-serve.sock) rather than by mapping the shards in this
     process. ``path`` is then checked against the data set the daemon serves
