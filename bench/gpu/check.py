@@ -954,10 +954,10 @@ def part_checkpoint(ctx):
 
 def load_pretrained_check(ctx, model_dir, reference):
     """ferry.load_pretrained (base-model loading): to the device, against
-    from_pretrained, bit-identical, timed. Recorded as not available until
-    ferry has it. The call below is the expected shape
-    (load_pretrained(dir, device=..., dtype=...) -> a transformers model);
-    adjust it to the real signature when it lands."""
+    from_pretrained, bit-identical, timed: the model built from its config
+    on the meta device, then load_pretrained(model, dir, dtype=, device=)
+    materialises it on the device and reads the weights. Recorded as not
+    available when the installed ferry has no load_pretrained."""
     import ferry
     import torch
     fn = getattr(ferry, "load_pretrained", None)
@@ -970,9 +970,12 @@ def load_pretrained_check(ctx, model_dir, reference):
         return
     sec = {"status": "running", "checks": []}
     try:
+        from transformers import AutoModelForCausalLM
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(reference.config, dtype=reference.dtype)
         ctx.sync()
         t = time.perf_counter()
-        m = fn(model_dir, device=ctx.device, dtype=torch.bfloat16)
+        fn(m, model_dir, dtype=reference.dtype, device=ctx.device)
         ctx.sync()
         sec["load_pretrained_s"] = round(time.perf_counter() - t, 3)
         sec["from_pretrained_s"] = ctx.sec.get("from_pretrained_s")

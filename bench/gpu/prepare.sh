@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepares, on the build machine (Go, zstd), what bench/gpu/run.sh needs on a
-# GPU machine that has PyTorch + transformers but no Go, no zstd and no network:
+# Prepares, on the build machine (Go, zstd, xz), what bench/gpu/run.sh needs on
+# a GPU machine that has PyTorch + transformers but no Go, no zstd and no network:
 #
 #   bench/gpu/prepare.sh [--out DIR] [--src DIR] [--records N]
 #
@@ -9,13 +9,14 @@
 #                  repository; a clean clone when the working tree is in flux)
 #   --records N    the first N records of the Alpaca sample (default: all 999)
 #
-# → DIR/bin/{dataprep,ckptmerge,ferry-serve}.gz   static linux/amd64 binaries
-#   DIR/tok/{qwen2.5,llama3.1}/tokenizer.json.gz + tokenizer_config.json
+# → DIR/bin/{dataprep,ckptmerge,ferry-serve}.xz   static linux/amd64 binaries
 #   DIR/alpaca.json.gz                             the bundled Alpaca sample
 #   DIR/prepared.json                              commit, Go version, sizes
 #
-# Everything is gzipped (about 24 MiB in all): the device machine takes the
-# working tree plus carried paths up to 64 MiB together.
+# The binaries are xz -9e (about 15 MiB; Python's lzma unpacks them there).
+# The tokenizers are not copied: run.sh reads the tracked
+# testdata/tokenizers/*/tokenizer.json.zst with pyarrow's zstd. The device
+# machine takes the working tree plus carried paths up to 64 MiB together.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -27,26 +28,21 @@ while [ $# -gt 0 ]; do
 	--out) out=$2; shift 2 ;;
 	--src) src=$2; shift 2 ;;
 	--records) records=$2; shift 2 ;;
-	-h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
 	*) echo "prepare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
-for t in go zstd gzip python3; do
+for t in go zstd xz python3; do
 	command -v "$t" >/dev/null || { echo "prepare.sh: $t not found on PATH" >&2; exit 1; }
 done
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/tok"
+mkdir -p "$out/bin"
 out=$(cd "$out" && pwd)
 
 (cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$out/bin/" \
 	./cmd/dataprep ./cmd/ckptmerge ./cmd/ferry-serve)
 for b in dataprep ckptmerge ferry-serve; do
-	gzip -6 "$out/bin/$b"
-done
-for t in qwen2.5 llama3.1; do
-	mkdir -p "$out/tok/$t"
-	zstd -qdcf "testdata/tokenizers/$t/tokenizer.json.zst" | gzip -6 >"$out/tok/$t/tokenizer.json.gz"
-	cp "testdata/tokenizers/$t/tokenizer_config.json" "$out/tok/$t/"
+	xz -9e -T2 "$out/bin/$b"
 done
 zstd -qdcf testdata/alpaca/alpaca_en_demo.json.zst | python3 -c '
 import gzip, json, sys

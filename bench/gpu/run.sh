@@ -53,8 +53,7 @@ if [ -z "$budget" ]; then
 	if [ $smoke = 1 ]; then budget=900; else budget=460; fi
 fi
 t0=$SECONDS
-for f in bin/dataprep.gz bin/ckptmerge.gz bin/ferry-serve.gz tok/qwen2.5/tokenizer.json.gz \
-	tok/llama3.1/tokenizer.json.gz alpaca.json.gz; do
+for f in bin/dataprep.xz bin/ckptmerge.xz bin/ferry-serve.xz alpaca.json.gz; do
 	[ -f "$prepared/$f" ] || { echo "run.sh: $prepared/$f is missing: run bench/gpu/prepare.sh on the build machine and carry its output" >&2; exit 2; }
 done
 mkdir -p "$out" || exit 2
@@ -71,13 +70,16 @@ say() { printf '[%4ds] %s\n' $((SECONDS - t0)) "$*" | tee -a "$log"; }
 
 # The prepared files, unpacked.
 mkdir -p "$work/bin" "$work/tok"
+# (Python's lzma and pyarrow's zstd: the machine may have neither xz nor zstd.)
 for b in dataprep ckptmerge ferry-serve; do
-	gzip -dc "$prepared/bin/$b.gz" >"$work/bin/$b" && chmod +x "$work/bin/$b" || { say "cannot unpack $b"; exit 1; }
+	"$py" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+		"$prepared/bin/$b.xz" "$work/bin/$b" && chmod +x "$work/bin/$b" || { say "cannot unpack $b"; exit 1; }
 done
 for t in qwen2.5 llama3.1; do
 	mkdir -p "$work/tok/$t"
-	gzip -dc "$prepared/tok/$t/tokenizer.json.gz" >"$work/tok/$t/tokenizer.json" || exit 1
-	cp "$prepared/tok/$t/tokenizer_config.json" "$work/tok/$t/" || exit 1
+	"$py" -c 'import pyarrow as pa, sys; open(sys.argv[2], "wb").write(pa.input_stream(sys.argv[1], compression="zstd").read())' \
+		"$repo/testdata/tokenizers/$t/tokenizer.json.zst" "$work/tok/$t/tokenizer.json" || { say "cannot unpack the $t tokenizer"; exit 1; }
+	cp "$repo/testdata/tokenizers/$t/tokenizer_config.json" "$work/tok/$t/" || exit 1
 done
 gzip -dc "$prepared/alpaca.json.gz" >"$work/alpaca.json" || exit 1
 
