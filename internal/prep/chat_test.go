@@ -109,6 +109,16 @@ func TestChatAutoDetect(t *testing.T) {
 	}
 }
 
+// TestChatAlpacaLabelsRefused: an Alpaca labels policy on data detected
+// as chat is a configuration error, not silently replaced.
+func TestChatAlpacaLabelsRefused(t *testing.T) {
+	c := chatConfig(t, twoTurns)
+	c.Layout.Labels = shard.LabelsMaskPad
+	if _, err := Run(context.Background(), c); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "--labels mask-pad is for Alpaca") {
+		t.Fatalf("err %v, want a configuration error", err)
+	}
+}
+
 // TestChatGenerationRefused: Qwen2.5's own template has no generation
 // block, so --labels generation would train nothing: refused.
 func TestChatGenerationRefused(t *testing.T) {

@@ -132,11 +132,8 @@ func (c *Config) resolveFormat(ctx context.Context, files []string) error {
 		c.Format = FormatAlpaca
 		if c.Layout.Labels.IsChat() || c.ChatTemplate != "" {
 			c.Format = FormatChat
-		} else if c.Layout.Labels == "" || c.Layout.Labels == shard.LabelsMaskPad {
+		} else {
 			c.Format = detectFormat(ctx, files)
-			if c.Format == FormatChat && c.Layout.Labels == shard.LabelsMaskPad {
-				c.Layout.Labels = ""
-			}
 		}
 	}
 	switch {
