@@ -27,6 +27,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 	add(tokenizerJobs(e))
 	add(tokenizerLoadJobs(e))
 	add(transformersTokenizeJobs(e))
+	add(chatRenderJobs(e))
 	add(dataprepJobs(e))
 	add(partsJobs(e))
 	add(seedPathJobs(e))
