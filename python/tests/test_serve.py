@@ -406,8 +406,15 @@ def test_daemon_refuses_bad_data(serve_bin, make_shards, tmp_path):
     r = subprocess.run([serve_bin, "--data", data, "--socket", str(tmp_path / "x.sock")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and "rank-00001-of-00002.arrow" in r.stderr
-    r = subprocess.run([serve_bin, "--socket", str(tmp_path / "x.sock")], capture_output=True, text=True)
-    assert r.returncode == 2 and "--data is required" in r.stderr
+    # without --data the daemon serves model files only (ferry.load_pretrained):
+    # a feed client is told so
+    d = Daemon(serve_bin, None, str(tmp_path / "y.sock"))
+    try:
+        with pytest.raises(ServeError, match="serves no data set") as e:
+            ServeLoader(d.sock, 4, rank=0, world_size=1)
+        assert e.value.code == sc.CODE_NOT_SERVED
+    finally:
+        d.kill()
 
 
 def test_request_over_limit(make_shards, daemon):
