@@ -150,8 +150,12 @@ def inputs(tmp_path_factory):
         tiny = json.load(f)
     d = tmp_path_factory.mktemp("inputs")
     shutil.copy(ALPACA_TINY, d / "a-tiny.json")
-    with open(d / "b-demo-x6.jsonl", "w") as f:  # the big plain JSONL: cut between records
-        for r in demo * 6:
+    # The big plain JSONL, cut between records. 40 copies (34 MB) keep each
+    # part busy for ~0.35 s of CPU with a compiled tokenizer cache (Load
+    # is milliseconds then), so the killer finds it mid-run: 6 copies were
+    # done in ~0.1 s, before CPU_BEFORE_KILL.
+    with open(d / "b-demo-x40.jsonl", "w") as f:
+        for r in demo * 40:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     with gzip.open(d / "c-demo-x2.jsonl.gz", "wt") as f:
         for r in demo * 2:
