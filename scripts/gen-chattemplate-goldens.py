@@ -5,9 +5,9 @@ testdata/chattemplate/ (the 12 tokenizer families and TRL's templates).
 
 Run with the pinned test venv (scripts/setup-test-deps):
 
-    $HOME/.cache/ferry/venv/bin/python scripts/gen-chattemplate-goldens.py [--shared ../shared]
+    $HOME/.cache/ferry/venv/bin/python scripts/gen-chattemplate-goldens.py
 
-It reads the chat datasets in ../shared/testdata/chat (to build the corpus)
+It reads the chat datasets in testdata/chat (to build the corpus)
 and the families' tokenizer.json (to build a tokenizer object offline), and
 writes testdata/chattemplate/corpus.jsonl.gz and goldens.jsonl.zst (zstd -19: its renders repeat far beyond gzip's window)
 (deterministic: same inputs, same bytes), and re-renders the expected
@@ -92,8 +92,26 @@ def reason_record(rec, parts_as_list):
     return msgs
 
 
-def build_corpus(shared):
-    chat = os.path.join(shared, "testdata", "chat")
+TESTDATA = os.path.join(REPO, "testdata")
+
+
+def unzstd(path):
+    """The text of a zstd file of the repository's testdata."""
+    return subprocess.run(["zstd", "-dcq", path], check=True, capture_output=True).stdout.decode("utf-8")
+
+
+def tokenizer_file(name):
+    """testdata/tokenizers/NAME/tokenizer.json.zst, decompressed to a temp file."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="gen-chattemplate-")
+    path = os.path.join(d, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(unzstd(os.path.join(TESTDATA, "tokenizers", name, "tokenizer.json.zst")))
+    return path
+
+
+def build_corpus():
+    chat = os.path.join(TESTDATA, "chat")
     cases = []
 
     def add(cid, messages, tools=None, agp=False, kwargs=None, source=None):
@@ -102,11 +120,11 @@ def build_corpus(shared):
             c["sharegpt"] = source
         cases.append(c)
 
-    fast = json.load(open(os.path.join(chat, "fastchat-dummy", "dummy_conversation.json"), encoding="utf-8"))
+    fast = json.loads(unzstd(os.path.join(chat, "fastchat-dummy", "dummy_conversation.json.zst")))
     for i in range(0, len(fast), 12):  # 42 of 500, every shape (2/4/6 turns)
         r = fast[i]
         add(f"fastchat/{r['id']}", sharegpt_to_messages(r["conversations"]), agp=(i % 24 == 0), source=r["conversations"])
-    glaive = json.load(open(os.path.join(chat, "llamafactory-glaive", "glaive_toolcall_en_demo.json"), encoding="utf-8"))
+    glaive = json.loads(unzstd(os.path.join(chat, "llamafactory-glaive", "glaive_toolcall_en_demo.json.zst")))
     for i in range(0, len(glaive), 7):  # 43 of 300
         r = glaive[i]
         tools = json.loads(r["tools"]) if r.get("tools") else None
@@ -116,15 +134,13 @@ def build_corpus(shared):
         if tools:
             tools = [{"type": "function", "function": t} for t in tools]
         add(f"glaive/{i}", sharegpt_to_messages(r["conversations"]), tools=tools, source=r["conversations"])
-    with open(os.path.join(chat, "llamafactory-reason", "reason_tool_use_demo_50.jsonl"), encoding="utf-8") as f:
-        reason = [json.loads(l) for l in f]
+    reason = [json.loads(l) for l in unzstd(os.path.join(chat, "llamafactory-reason", "reason_tool_use_demo_50.jsonl.zst")).splitlines() if l.strip()]
     for i, r in enumerate(reason):  # all 50; every 5th also with list-of-text-parts content
         tools = json.loads(r["tools"]) if r.get("tools") else None
         add(f"reason/{i}", reason_record(r, False), tools=tools)
         if i % 5 == 0:
             add(f"reason-parts/{i}", reason_record(r, True), tools=tools)
-    with open(os.path.join(chat, "msfoundry-stock", "stock_toolcall_training.jsonl"), encoding="utf-8") as f:
-        stock = [json.loads(l) for l in f]
+    stock = [json.loads(l) for l in unzstd(os.path.join(chat, "msfoundry-stock", "stock_toolcall_training.jsonl.zst")).splitlines() if l.strip()]
     for i in range(0, len(stock), 3):  # 29 of 86
         r = stock[i]
         add(f"stock/{i}", r["messages"], tools=r.get("tools"), agp=(i % 9 == 0))
@@ -168,7 +184,7 @@ def build_corpus(shared):
     return cases
 
 
-def families(shared):
+def families():
     root = os.path.join(OUT, "families")
     for name in sorted(os.listdir(root)):
         d = os.path.join(root, name)
@@ -176,7 +192,7 @@ def families(shared):
         jinja = os.path.join(d, "chat_template.jinja")
         template = open(jinja, encoding="utf-8").read() if os.path.exists(jinja) else cfg["chat_template"]
         special = {k: token_content(cfg[k]) for k in SPECIAL if cfg.get(k) is not None}
-        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(shared, "testdata", "tokenizers", name, "tokenizer.json"), **special)
+        tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file(name), **special)
         tok.chat_template = template
         yield f"family/{name}", tok, template
 
@@ -196,9 +212,9 @@ def check_trl_copies():
             print(f"trl {trl.__version__}: {name} differs from the copy", file=sys.stderr)
 
 
-def trl_templates(shared):
+def trl_templates():
     root = os.path.join(OUT, "trl")
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(shared, "testdata", "tokenizers", "qwen2.5", "tokenizer.json"), **TRL_SPECIAL)
+    tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file("qwen2.5"), **TRL_SPECIAL)
     for name in sorted(os.listdir(root)):
         if name.endswith(".jinja"):
             yield f"trl/{name[:-6]}", tok, open(os.path.join(root, name), encoding="utf-8").read()
@@ -349,19 +365,18 @@ def regen_semantics():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
-    args = ap.parse_args()
+    ap.parse_args()
     check_trl_copies()
     regen_semantics()
     print("random.jsonl.gz vars:", json.dumps(gen_random(), ensure_ascii=False), file=sys.stderr)
-    cases = build_corpus(args.shared)
+    cases = build_corpus()
     with gzip.GzipFile(os.path.join(OUT, "corpus.jsonl.gz"), "wb", mtime=0) as f:
         for c in cases:
             f.write((json.dumps(c, ensure_ascii=False) + "\n").encode("utf-8"))
     n = errs = 0
     zst = subprocess.Popen(["zstd", "-q", "-19", "-f", "-o", os.path.join(OUT, "goldens.jsonl.zst")], stdin=subprocess.PIPE)
     with zst.stdin as f:
-        for tname, tok, template in [*families(args.shared), *trl_templates(args.shared)]:
+        for tname, tok, template in [*families(), *trl_templates()]:
             for c in cases:
                 rec = {"template": tname, "case": c["id"]}
                 try:
