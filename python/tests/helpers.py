@@ -2,6 +2,7 @@
 mappings. Tests read only files inside the repository; shards are made in a
 temporary directory by the repository's own Go code."""
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -9,6 +10,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 
@@ -215,3 +218,54 @@ class RayTempDir:
             os.environ["RAY_TMPDIR"] = self._saved
         shutil.rmtree(self.root, ignore_errors=True)
         return False
+
+
+def versitygw_binary():
+    found = shutil.which("versitygw")
+    if found:
+        return found
+    r = subprocess.run([go_binary(), "env", "GOPATH"], capture_output=True, text=True)
+    cand = os.path.join(r.stdout.strip(), "bin", "versitygw")
+    return cand if os.path.exists(cand) else None
+
+
+@contextlib.contextmanager
+def versitygw(root):
+    """A real S3 server (versitygw, POSIX back end, as the Go tests use) on a
+    free port of 127.0.0.1, serving each directory under ROOT as a bucket;
+    yields the AWS_* environment that reaches it. Fails the test when
+    versitygw is missing or does not answer within 30 s."""
+    import pytest
+
+    exe = versitygw_binary()
+    need("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; scripts/setup-test-deps)", exe)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "ferrytest",
+           "AWS_SECRET_ACCESS_KEY": "ferrytestsecret0123456789", "AWS_REGION": "us-east-1"}
+    log = open(os.path.join(root, "versitygw.log"), "w+")
+    proc = subprocess.Popen([exe, "--access", env["AWS_ACCESS_KEY_ID"], "--secret", env["AWS_SECRET_ACCESS_KEY"],
+                             "--region", env["AWS_REGION"], "--port", f"127.0.0.1:{port}", "--quiet", "posix",
+                             str(root)], stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, ROOT_ACCESS_KEY_ID="", ROOT_SECRET_ACCESS_KEY=""))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"versitygw exited {proc.returncode} at start:\n{log.read()}")
+            try:
+                urllib.request.urlopen(env["AWS_ENDPOINT_URL"] + "/", timeout=1)
+                break
+            except urllib.error.HTTPError:  # it answers (403 without a signature): up
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("versitygw did not answer within 30 s")
+                time.sleep(0.05)
+        yield env
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()

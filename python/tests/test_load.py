@@ -19,14 +19,10 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 import torch
@@ -35,7 +31,7 @@ from safetensors.torch import save_file
 
 import ferry
 from ferry.load import parse_header, read_headers
-from helpers import Daemon, go_binary, need
+from helpers import Daemon, versitygw
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dcp_workers")
 sys.path.insert(0, WORKERS)
@@ -140,52 +136,15 @@ def test_bit_identical_to_from_pretrained(loaded, case):
 SERVE_CASES = ["llama/fsdp2@serve", "qwen2/fsdp1@serve", "qwen2/fsdp2@s3", "llama/none@s3"]
 
 
-def versitygw_binary():
-    found = shutil.which("versitygw")
-    if found:
-        return found
-    r = subprocess.run([go_binary(), "env", "GOPATH"], capture_output=True, text=True)
-    cand = os.path.join(r.stdout.strip(), "bin", "versitygw")
-    return cand if os.path.exists(cand) else None
-
-
 @pytest.fixture(scope="module")
 def s3_models(tmp_path_factory):
     """A real S3 server (versitygw, POSIX back end, as the Go tests use) on
     127.0.0.1: bucket "ferry" holds the tiny models under models/."""
-    exe = versitygw_binary()
-    need("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; scripts/setup-test-deps)", exe)
     root = tmp_path_factory.mktemp("s3")
     (root / "ferry").mkdir()
     totals = save_models(root / "ferry" / "models")
-    port = free_port()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "ferrytest",
-           "AWS_SECRET_ACCESS_KEY": "ferrytestsecret0123456789", "AWS_REGION": "us-east-1"}
-    log = open(root / "versitygw.log", "w+")
-    proc = subprocess.Popen([exe, "--access", env["AWS_ACCESS_KEY_ID"], "--secret", env["AWS_SECRET_ACCESS_KEY"],
-                             "--region", env["AWS_REGION"], "--port", f"127.0.0.1:{port}", "--quiet", "posix",
-                             str(root)], stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, ROOT_ACCESS_KEY_ID="", ROOT_SECRET_ACCESS_KEY=""))
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"versitygw exited {proc.returncode} at start:\n{log.read()}")
-            try:
-                urllib.request.urlopen(env["AWS_ENDPOINT_URL"] + "/", timeout=1)
-                break
-            except urllib.error.HTTPError:  # it answers (403 without a signature): up
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("versitygw did not answer within 30 s")
-                time.sleep(0.05)
+    with versitygw(root) as env:
         yield dict(env=env, models=root / "ferry" / "models", totals=totals)
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
 
 
 def shm_names():

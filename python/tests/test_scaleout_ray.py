@@ -38,13 +38,10 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,7 +51,7 @@ import ray
 import ferry
 import ferry._commands
 import ferry.ray
-from helpers import REPO, RayTempDir, build_go_tool, go_binary, need
+from helpers import REPO, RayTempDir, build_go_tool, versitygw
 
 ALPACA_TINY = os.path.join(REPO, "testdata", "alpaca", "alpaca_tiny.json")
 ALPACA_DEMO = os.path.join(REPO, "testdata", "alpaca", "alpaca_en_demo.json.zst")
@@ -166,54 +163,15 @@ def inputs(tmp_path_factory):
     return str(d)
 
 
-def versitygw_binary():
-    found = shutil.which("versitygw")
-    if found:
-        return found
-    gopath = subprocess.run([go_binary(), "env", "GOPATH"], capture_output=True, text=True).stdout.strip()
-    cand = os.path.join(gopath, "bin", "versitygw")
-    return cand if os.path.exists(cand) else None
-
-
 @pytest.fixture(scope="module")
 def s3(inputs, tmp_path_factory):
     """A real S3 server (versitygw, POSIX back end, as the Go tests use) on
     127.0.0.1, bucket "ferry" holding the inputs under in/; its objects are
     plain files under root/ferry/, read back directly by the test."""
-    exe = versitygw_binary()
-    need("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; scripts/setup-test-deps)", exe)
     root = tmp_path_factory.mktemp("s3")
     shutil.copytree(inputs, root / "ferry" / "in")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "ferrytest",
-           "AWS_SECRET_ACCESS_KEY": "ferrytestsecret0123456789", "AWS_REGION": "us-east-1"}
-    log = open(root / "versitygw.log", "w+")
-    proc = subprocess.Popen([exe, "--access", env["AWS_ACCESS_KEY_ID"], "--secret", env["AWS_SECRET_ACCESS_KEY"],
-                             "--region", env["AWS_REGION"], "--port", f"127.0.0.1:{port}", "--quiet", "posix",
-                             str(root)], stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, ROOT_ACCESS_KEY_ID="", ROOT_SECRET_ACCESS_KEY=""))
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"versitygw exited {proc.returncode} at start:\n{log.read()}")
-            try:
-                urllib.request.urlopen(env["AWS_ENDPOINT_URL"] + "/", timeout=1)
-                break
-            except urllib.error.HTTPError:  # it answers (403 without a signature): up
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("versitygw did not answer within 30 s")
-                time.sleep(0.05)
+    with versitygw(root) as env:
         yield dict(env=env, bucket=root / "ferry")
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
