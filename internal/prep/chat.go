@@ -165,14 +165,8 @@ func loadChat(ctx context.Context, c *Config, files []string) (*chatLoaded, erro
 	if err != nil {
 		return nil, err
 	}
-	absTok := c.Tokenizer
-	if a, err := filepath.Abs(c.Tokenizer); err == nil {
-		absTok = a
-	}
-	in.tokInfo = shard.TokenizerInfo{
-		SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
-		EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, Path: absTok,
-	}
+	// no AddBOS/AddEOS: the chat template writes the special tokens
+	in.tokInfo = tokenizerInfo(tok, sp, c.Tokenizer)
 	return in, nil
 }
 

@@ -114,14 +114,8 @@ func load(ctx context.Context, c *Config, i, n int) (*loaded, error) {
 	if in.enc, err = newEncoder(tok, in.tmpl, sp, c); err != nil {
 		return nil, err
 	}
-	absTok := c.Tokenizer
-	if a, err := filepath.Abs(c.Tokenizer); err == nil {
-		absTok = a
-	}
-	in.tokInfo = shard.TokenizerInfo{
-		SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
-		EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, AddBOS: sp.addBOS, AddEOS: sp.addEOS, Path: absTok,
-	}
+	in.tokInfo = tokenizerInfo(tok, sp, c.Tokenizer)
+	in.tokInfo.AddBOS, in.tokInfo.AddEOS = sp.addBOS, sp.addEOS
 	return in, nil
 }
 
@@ -133,6 +127,18 @@ type specials struct {
 	bosID          *int32
 	bosText        string // the text {bos} stands for in a template
 	addBOS, addEOS bool
+}
+
+// tokenizerInfo is the manifest's tokenizer record: its hash, resolved
+// special tokens and absolute path.
+func tokenizerInfo(tok *tokenize.Tokenizer, sp *specials, path string) shard.TokenizerInfo {
+	if a, err := filepath.Abs(path); err == nil {
+		path = a
+	}
+	return shard.TokenizerInfo{
+		SHA256: tok.SHA256(), BOSID: sp.bosID, EOSID: &sp.eosID, PadID: sp.padID,
+		EOS: &sp.eos, Pad: &sp.pad, BOS: sp.bos, Path: path,
+	}
 }
 
 func resolveSpecials(tok *tokenize.Tokenizer, c *Config) (*specials, error) {
