@@ -522,6 +522,25 @@ def _place(t, raw):
         t.dest.copy_(v.view(t.dest.shape) if kind == "flat" else v)
 
 
+def _direct(t, n):
+    """The destination's own bytes (a writable uint8 array) when the region's
+    n bytes can be read straight into it: a CPU tensor, contiguous, of the
+    checkpoint's dtype, whose region is all of it (no cast, no column slice).
+    None otherwise: the bytes go through a buffer and _place."""
+    d = t.dest
+    if d.device.type != "cpu" or d.dtype != DTYPES[t.src.dtype] or not d.is_contiguous():
+        return None
+    if d.numel() * d.element_size() != n:
+        return None
+    if t.region[0] == "rows":
+        _, _, _, idx = t.region
+        if idx and any(sl.start != 0 or sl.stop != dim for sl, dim in zip(idx, t.src.shape[1:])):
+            return None
+    if n == 0:
+        return None
+    return d.detach().view(-1).view(torch.uint8).numpy()
+
+
 def load_pretrained(model, path, *, serve=None, dtype=None, device=None, threads=8, stats=None):
     """Load the safetensors weights at ``path`` into ``model`` in place and
     return it. See the module doc for the forms of ``model`` and ``path``.
@@ -615,6 +634,10 @@ def _load(src, targets, threads):
 
     def one(job):
         f, off, n, t = job
+        dst = _direct(t, n)
+        if dst is not None:
+            src.readinto(f, off, dst)
+            return
         buf = torch.empty(n, dtype=torch.uint8)
         src.readinto(f, off, buf.numpy())
         _place(t, buf)
