@@ -44,6 +44,9 @@ type DirConfig struct {
 	StageDir string
 	// Input names the source data in the manifest (informational).
 	Input string
+	// Sources, when set, are a mixture's sources: the shards carry every
+	// segment's source (format version 2) and the manifest lists them.
+	Sources []SourceInfo
 	// BeforeManifest, when set, may amend the manifest (stats) just before
 	// it is written.
 	BeforeManifest func(*Manifest)
@@ -70,7 +73,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 		cfg.CreatedBy = "ferry (" + runtime.Version() + ")"
 	}
 	layout := cfg.Layout
-	probe := FileMeta{Rank: 0, Ranks: cfg.Ranks, SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels}
+	probe := FileMeta{Rank: 0, Ranks: cfg.Ranks, SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels, Sources: len(cfg.Sources) > 0}
 	if err := probe.validate(); err != nil {
 		return nil, err
 	}
@@ -92,12 +95,12 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	}
 
 	m := &Manifest{
-		Format: FormatName, Version: FormatVersion, CreatedBy: cfg.CreatedBy,
+		Format: FormatName, Version: probe.Version(), CreatedBy: cfg.CreatedBy,
 		SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels, Ranks: cfg.Ranks,
 		RowsPerRank: rowsPerRank, UniqueRows: unique, TotalRows: rowsPerRank * cfg.Ranks,
 		DropLast: cfg.DropLast, Seed: cfg.Seed, BatchRows: cfg.BatchRows,
 		Template: cfg.Template, TemplateText: cfg.TemplateText, Chat: cfg.Chat, Tokenizer: cfg.Tokenizer,
-		Input: cfg.Input, Files: make([]FileEntry, cfg.Ranks), Stats: cfg.Stats,
+		Input: cfg.Input, Files: make([]FileEntry, cfg.Ranks), Sources: cfg.Sources, Stats: cfg.Stats,
 	}
 	var tokens atomic.Int64 // non-pad tokens over the distinct rows written
 	// Every row's loss-token count, rank-major: loss_tokens.u32.
@@ -107,7 +110,7 @@ func WriteDir(ctx context.Context, out string, cfg DirConfig, src RowSource) (*M
 	for rank := range cfg.Ranks {
 		g.Go(func() error {
 			meta := FileMeta{Rank: rank, Ranks: cfg.Ranks, SeqLen: layout.SeqLen, Mode: layout.Mode, Labels: layout.Labels,
-				TokenizerSHA256: cfg.Tokenizer.SHA256}
+				TokenizerSHA256: cfg.Tokenizer.SHA256, Sources: probe.Sources}
 			name := FileName(rank, cfg.Ranks)
 			row := layout.NewRow()
 			var tok int64

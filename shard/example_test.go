@@ -46,5 +46,5 @@ func Example() {
 	// input_ids:    [11 12 13 21 22 41]
 	// labels:       [-100 12 13 -100 22 -100]
 	// position_ids: [0 1 2 0 1 0]
-	// segments:     [{0 0 3} {1 3 2} {3 5 1}]
+	// segments:     [{0 0 3 0} {1 3 2 0} {3 5 1 0}]
 }

@@ -10,9 +10,16 @@ import (
 
 // Format identifiers written into every shard's schema metadata and the manifest.
 const (
-	FormatName    = "ferry-shards"
-	FormatVersion = 1
-	ManifestName  = "manifest.json"
+	FormatName = "ferry-shards"
+	// FormatVersion is the newest format version; readers read every
+	// version from FormatVersionNoSources up to it. Version 2 adds
+	// segments.source (the recipe index of each segment's source): a
+	// mixture's output (dataprep --recipe) is version 2; an output of one
+	// source is written as version 1, byte for byte as before.
+	FormatVersion = 2
+	// FormatVersionNoSources is the version without segments.source.
+	FormatVersionNoSources = 1
+	ManifestName           = "manifest.json"
 	// LossTokensName is the side file that holds every row's loss-token
 	// count (see Manifest.LossTokens).
 	LossTokensName = "loss_tokens.u32"
@@ -137,6 +144,17 @@ type FileMeta struct {
 	Mode            Mode
 	Labels          Labels
 	TokenizerSHA256 string
+	// Sources is set when the segments carry source (format version 2,
+	// the output of a mixture).
+	Sources bool
+}
+
+// Version is the format version of a file with this metadata.
+func (m FileMeta) Version() int {
+	if m.Sources {
+		return FormatVersion
+	}
+	return FormatVersionNoSources
 }
 
 func (m FileMeta) validate() error {
@@ -158,11 +176,25 @@ func (m FileMeta) validate() error {
 	return nil
 }
 
-var segmentType = arrow.StructOf(
-	arrow.Field{Name: "sample", Type: arrow.PrimitiveTypes.Int64},
-	arrow.Field{Name: "start", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "length", Type: arrow.PrimitiveTypes.Int32},
+var segmentFields = []arrow.Field{
+	{Name: "sample", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "start", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "length", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "source", Type: arrow.PrimitiveTypes.Int32}, // version 2 only
+}
+
+var (
+	segmentTypeV1 = arrow.StructOf(segmentFields[:3]...)
+	segmentTypeV2 = arrow.StructOf(segmentFields...)
 )
+
+// segmentType is the struct type of one segment in a file of meta m.
+func segmentType(m FileMeta) *arrow.StructType {
+	if m.Sources {
+		return segmentTypeV2
+	}
+	return segmentTypeV1
+}
 
 func tokenListType(seqLen int) *arrow.FixedSizeListType {
 	t := arrow.FixedSizeListOfNonNullable(int32(seqLen), arrow.PrimitiveTypes.Int32)
@@ -181,11 +213,11 @@ func Schema(m FileMeta) *arrow.Schema {
 	}
 	fields = append(fields,
 		arrow.Field{Name: ColLength, Type: arrow.PrimitiveTypes.Int32},
-		arrow.Field{Name: ColSegments, Type: arrow.ListOfNonNullable(segmentType)},
+		arrow.Field{Name: ColSegments, Type: arrow.ListOfNonNullable(segmentType(m))},
 	)
 	md := arrow.NewMetadata(
 		[]string{MetaFormat, MetaVersion, MetaRank, MetaRanks, MetaSeqLen, MetaMode, MetaLabels, MetaTokenizer},
-		[]string{FormatName, strconv.Itoa(FormatVersion), strconv.Itoa(m.Rank), strconv.Itoa(m.Ranks),
+		[]string{FormatName, strconv.Itoa(m.Version()), strconv.Itoa(m.Rank), strconv.Itoa(m.Ranks),
 			strconv.Itoa(m.SeqLen), string(m.Mode), string(m.Labels), m.TokenizerSHA256},
 	)
 	return arrow.NewSchema(fields, &md)
@@ -193,9 +225,10 @@ func Schema(m FileMeta) *arrow.Schema {
 
 // Segment says which source record a run of tokens in a row comes from.
 type Segment struct {
-	Sample int64 // 0-based record index in the input
+	Sample int64 // 0-based record index in the input (a mixture: in its source)
 	Start  int32 // first token position in the row
 	Length int32 // tokens of that record in the row
+	Source int32 // the source's index in the recipe; 0 in a version 1 file
 }
 
 // Row is one fixed-length training row. Slices returned by a Reader alias

@@ -51,7 +51,40 @@ type Manifest struct {
 	// an optimizer step's tokens over all ranks from it without opening the
 	// other ranks' shards. Older outputs lack it.
 	LossTokens *SideFile `json:"loss_tokens,omitempty"`
-	Stats      Stats     `json:"stats"`
+	// Sources, in recipe order, are the sources of a mixture (dataprep
+	// --recipe): source k of a segment is Sources[k]. A manifest with
+	// sources is version 2; one without, version 1.
+	Sources []SourceInfo `json:"sources,omitempty"`
+	Stats   Stats        `json:"stats"`
+}
+
+// SourceInfo is what a mixture asked of one source and what it got
+// (docs/mixtures.md). Tokens count the source's examples in the unique
+// rows (before drop_last and wrap-around), as stats.tokens does.
+type SourceInfo struct {
+	Name   string `json:"name"`
+	Format string `json:"format"` // alpaca or chat
+	Input  string `json:"input"`  // the files read, in order
+	// Weight (a share of the output's tokens, as the recipe gives it) or
+	// Repeat (epochs of the source): exactly one is set.
+	Weight *float64 `json:"weight,omitempty"`
+	Repeat *float64 `json:"repeat,omitempty"`
+
+	RecordsRead    int64 `json:"records_read"`
+	RecordsSkipped int64 `json:"records_skipped"`
+	// RecordsUsed is the distinct records in the output, Uses the records
+	// counted with their repeats, Repeats = Uses / the usable records.
+	RecordsUsed int64   `json:"records_used"`
+	Uses        int64   `json:"uses"`
+	Repeats     float64 `json:"repeats"`
+	Examples    int64   `json:"examples"` // examples in the output (a split record counts each piece)
+	Tokens      int64   `json:"tokens"`
+	// TokensAsked is the token target of a weighted source, or a repeat
+	// source's tokens; Share and ShareAsked are Tokens and TokensAsked
+	// over the output's tokens.
+	TokensAsked int64   `json:"tokens_asked"`
+	Share       float64 `json:"share"`
+	ShareAsked  float64 `json:"share_asked"`
 }
 
 // ChatInfo is what a chat-format run rendered its conversations with.
@@ -128,8 +161,11 @@ func (m *Manifest) Validate() error {
 	if m.Format != FormatName {
 		return bad("format %q, want %q", m.Format, FormatName)
 	}
-	if m.Version != FormatVersion {
-		return bad("version %d, this reader knows %d", m.Version, FormatVersion)
+	if m.Version < FormatVersionNoSources || m.Version > FormatVersion {
+		return bad("version %d, this reader knows %d..%d", m.Version, FormatVersionNoSources, FormatVersion)
+	}
+	if (m.Version == FormatVersion) != (len(m.Sources) > 0) {
+		return bad("version %d with %d sources: version %d has sources, version %d none", m.Version, len(m.Sources), FormatVersion, FormatVersionNoSources)
 	}
 	fm := FileMeta{Rank: 0, Ranks: m.Ranks, SeqLen: m.SeqLen, Mode: m.Mode, Labels: m.Labels}
 	if err := fm.validate(); err != nil {
@@ -333,7 +369,7 @@ func (m *Manifest) VerifyFile(r *Reader, rank int, opts ...VerifyOption) error {
 	}
 	meta := r.Meta()
 	if meta.Rank != rank || meta.Ranks != m.Ranks || meta.SeqLen != m.SeqLen || meta.Mode != m.Mode ||
-		meta.Labels != m.Labels || meta.TokenizerSHA256 != m.Tokenizer.SHA256 {
+		meta.Labels != m.Labels || meta.TokenizerSHA256 != m.Tokenizer.SHA256 || meta.Version() != m.Version {
 		return mis("schema metadata %+v disagrees with the manifest", meta)
 	}
 	if r.NumRows() != fe.Rows {

@@ -22,8 +22,8 @@ import (
 //
 //	part-IIIII-of-NNNNN.bin (little-endian):
 //	  +-----------+---------+----------+----------+----------+
-//	  | "FERRYPT\0" | version | reserved | examples | tokens   |  32-byte header
-//	  | 8 bytes   | u32 = 1 | u32 = 0  | u64 (n)  | u64 (t)  |
+//	  | "FERRYPT\0" | version | features | examples | tokens   |  32-byte header
+//	  | 8 bytes   | u32 = 2 | u32      | u64 (n)  | u64 (t)  |
 //	  +-----------+---------+----------+----------+----------+
 //	  | n entries of 16 bytes: sample u64 (record index within the part),  |
 //	  |   length u32 (1..MaxSeqLen), prompt u32 (low 24 bits, <= length;   |
@@ -32,13 +32,17 @@ import (
 //	  | t token ids, int32; example k's are the length_k after those of    |
 //	  |   examples 0..k-1 (t = the sum of the lengths)                     |
 //	  +--------------------------------------------------------------------+
-//	file size = 32 + 16 n + 4 t exactly.
+//	  | features & PartHasLoss: ceil(t/8) bytes, one bit per token id in   |
+//	  |   the same order, LSB first: 1 = the token carries loss            |
+//	  |   (Example.Loss; chat data), 0 = label −100; unused bits are 0     |
+//	  +--------------------------------------------------------------------+
+//	file size = 32 + 16 n + 4 t (+ ceil(t/8) with PartHasLoss) exactly.
 //
 //	part-IIIII-of-NNNNN.json: the PartManifest, written after the .bin.
 const (
 	PartMagic         = "FERRYPT\x00"
 	PartFormatName    = "ferry-part"
-	PartFormatVersion = 1
+	PartFormatVersion = 2
 	partHeaderSize    = 32
 	partEntrySize     = 16
 	// MaxParts bounds N of a split run.
@@ -50,6 +54,13 @@ const (
 const (
 	PartTruncated uint8 = 1 << 0 // the record was cut to seq_len
 	PartSplit     uint8 = 1 << 1 // the first piece of a record split into several
+)
+
+// Part file features (the header's u32 at byte 12).
+const (
+	// PartHasLoss: the file ends with the loss bitmap of its tokens, and
+	// every example read from it has a Loss (the examples had one).
+	PartHasLoss uint32 = 1 << 0
 )
 
 // partName is the stem of part i of n's files: "part-%05d-of-%05d".
@@ -75,7 +86,10 @@ func ParsePartManifestName(name string) (i, n int, ok bool) {
 }
 
 // WritePart writes exs (with their flags, one per example) as a part file
-// to w, and returns its size and SHA-256 (hex).
+// to w, and returns its size and SHA-256 (hex). When any example has a
+// Loss, the file holds every token's loss bit (PartHasLoss; an example
+// without one is written as trained throughout, which is what a nil Loss
+// means).
 func WritePart(w io.Writer, exs []Example, flags []uint8) (int64, string, error) {
 	if len(flags) != len(exs) {
 		return 0, "", fmt.Errorf("%w: %d flags for %d examples", ErrConfig, len(flags), len(exs))
@@ -83,12 +97,20 @@ func WritePart(w io.Writer, exs []Example, flags []uint8) (int64, string, error)
 	h := sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
 	var tokens int64
-	for _, e := range exs {
+	var features uint32
+	for i, e := range exs {
 		tokens += int64(len(e.Tokens))
+		if e.Loss != nil {
+			if len(e.Loss) != len(e.Tokens) {
+				return 0, "", fmt.Errorf("%w: example %d: %d loss flags for %d tokens", ErrConfig, i, len(e.Loss), len(e.Tokens))
+			}
+			features |= PartHasLoss
+		}
 	}
 	var hdr [partHeaderSize]byte
 	copy(hdr[:], PartMagic)
 	binary.LittleEndian.PutUint32(hdr[8:], PartFormatVersion)
+	binary.LittleEndian.PutUint32(hdr[12:], features)
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(exs)))
 	binary.LittleEndian.PutUint64(hdr[24:], uint64(tokens))
 	bw.Write(hdr[:])
@@ -109,10 +131,29 @@ func WritePart(w io.Writer, exs []Example, flags []uint8) (int64, string, error)
 			bw.Write(b[:])
 		}
 	}
+	size := int64(partHeaderSize) + partEntrySize*int64(len(exs)) + 4*tokens
+	if features&PartHasLoss != 0 {
+		var acc byte
+		var nbit uint
+		for _, e := range exs {
+			for j := range e.Tokens {
+				if e.Loss == nil || e.Loss[j] {
+					acc |= 1 << nbit
+				}
+				if nbit++; nbit == 8 {
+					bw.WriteByte(acc)
+					acc, nbit = 0, 0
+				}
+			}
+		}
+		if nbit > 0 {
+			bw.WriteByte(acc)
+		}
+		size += (tokens + 7) / 8
+	}
 	if err := bw.Flush(); err != nil {
 		return 0, "", err
 	}
-	size := int64(partHeaderSize) + partEntrySize*int64(len(exs)) + 4*tokens
 	return size, hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -120,6 +161,7 @@ func WritePart(w io.Writer, exs []Example, flags []uint8) (int64, string, error)
 type Part struct {
 	entries []byte
 	tokens  []int32
+	loss    []byte // the loss bitmap (PartHasLoss), nil without
 	n       int
 	unmap   func() error
 }
@@ -137,17 +179,31 @@ func NewPart(data []byte) (*Part, error) {
 	if v := binary.LittleEndian.Uint32(data[8:]); v != PartFormatVersion {
 		return nil, corrupt.New(ErrCorrupt, "part file", 8, "version %d, this reader knows %d", v, PartFormatVersion)
 	}
+	features := binary.LittleEndian.Uint32(data[12:])
+	if features&^PartHasLoss != 0 {
+		return nil, corrupt.New(ErrCorrupt, "part file", 12, "unknown features %#x", features)
+	}
 	n := binary.LittleEndian.Uint64(data[16:])
 	t := binary.LittleEndian.Uint64(data[24:])
 	rest := uint64(len(data) - partHeaderSize)
-	if n > rest/partEntrySize || t > rest/4 || n*partEntrySize+4*t != rest {
-		return nil, fmt.Errorf("%w: part file: header says %d examples and %d tokens, which do not fill the %d bytes after it exactly",
-			ErrCorrupt, n, t, rest)
+	var lossBytes uint64
+	if features&PartHasLoss != 0 {
+		lossBytes = (t + 7) / 8
+	}
+	if n > rest/partEntrySize || t > rest/4 || n*partEntrySize+4*t+lossBytes != rest {
+		return nil, fmt.Errorf("%w: part file: header says %d examples and %d tokens (features %#x), which do not fill the %d bytes after it exactly",
+			ErrCorrupt, n, t, features, rest)
 	}
 	p := &Part{n: int(n), entries: data[partHeaderSize : partHeaderSize+n*partEntrySize]}
-	tb := data[partHeaderSize+n*partEntrySize:]
+	tb := data[partHeaderSize+n*partEntrySize : uint64(len(data))-lossBytes]
 	if len(tb) > 0 {
 		p.tokens = arrow.Int32Traits.CastFromBytes(tb)
+	}
+	if features&PartHasLoss != 0 {
+		p.loss = data[uint64(len(data))-lossBytes:]
+		if r := t % 8; r != 0 && p.loss[len(p.loss)-1]>>r != 0 {
+			return nil, corrupt.New(ErrCorrupt, "part file", int64(len(data)-1), "loss bitmap: unused bits set")
+		}
 	}
 	var sum uint64
 	var prev uint64
@@ -262,17 +318,30 @@ func (p *Part) LastSample() int64 {
 
 // AppendExamples appends every example of p to dst, with base added to
 // each sample index, and their flags to flags; the token slices alias p.
+// A part with PartHasLoss gives every example a Loss (one new []bool for
+// the whole part).
 func (p *Part) AppendExamples(dst []Example, flags []uint8, base int64) ([]Example, []uint8) {
+	var loss []bool
+	if p.loss != nil {
+		loss = make([]bool, len(p.tokens))
+		for j := range loss {
+			loss[j] = p.loss[j>>3]>>(j&7)&1 != 0
+		}
+	}
 	var off uint32
 	for k := range p.n {
 		e := p.entries[k*partEntrySize:]
 		length := binary.LittleEndian.Uint32(e[8:])
 		pf := binary.LittleEndian.Uint32(e[12:])
-		dst = append(dst, Example{
+		ex := Example{
 			Sample: base + int64(binary.LittleEndian.Uint64(e)),
 			Tokens: p.tokens[off : off+length : off+length],
 			Prompt: int(pf & (1<<24 - 1)),
-		})
+		}
+		if loss != nil {
+			ex.Loss = loss[off : off+length : off+length]
+		}
+		dst = append(dst, ex)
 		flags = append(flags, uint8(pf>>24))
 		off += length
 	}
@@ -293,6 +362,10 @@ type PartOptions struct {
 	DropLast     bool   `json:"drop_last"`
 	BatchRows    int    `json:"batch_rows"`
 	OnBadRecord  string `json:"on_bad_record"`
+	// Chat is a chat-format run's template SHA-256 and date (template and
+	// template_text are then the chat template's name and source, and
+	// labels a chat policy); nil for Alpaca records.
+	Chat *ChatInfo `json:"chat,omitempty"`
 }
 
 // PartInput is one file of a split run's whole input.
@@ -336,16 +409,23 @@ type PartManifest struct {
 	// Records counts the share's records (skipped ones included); sample
 	// indices in the file are 0..Records-1. Only records with a sample
 	// below options.max_records (when set) are in the file.
-	Records          int64         `json:"records"`
-	RecordsSkipped   int64         `json:"records_skipped"`
-	RecordsTruncated int64         `json:"records_truncated"`
-	RecordsSplit     int64         `json:"records_split"`
-	Examples         int64         `json:"examples"`
-	Tokens           int64         `json:"tokens"`
-	InputBytes       int64         `json:"input_bytes"` // as stored
-	Bytes            int64         `json:"bytes"`       // decompressed
-	Seconds          float64       `json:"seconds"`
-	File             PartFileEntry `json:"file"`
+	Records          int64 `json:"records"`
+	RecordsSkipped   int64 `json:"records_skipped"`
+	RecordsTruncated int64 `json:"records_truncated"`
+	RecordsSplit     int64 `json:"records_split"`
+	// RecordsDropped counts the chat conversations whose trained tokens
+	// truncation cut off (they have no example; they are counted in
+	// records_truncated too), and Dropped lists their record indices
+	// within the part, ascending, so that a commit with max_records can
+	// count those in the head.
+	RecordsDropped int64         `json:"records_dropped,omitempty"`
+	Dropped        []int64       `json:"dropped,omitempty"`
+	Examples       int64         `json:"examples"`
+	Tokens         int64         `json:"tokens"`
+	InputBytes     int64         `json:"input_bytes"` // as stored
+	Bytes          int64         `json:"bytes"`       // decompressed
+	Seconds        float64       `json:"seconds"`
+	File           PartFileEntry `json:"file"`
 }
 
 // Validate checks a part manifest's own consistency.
@@ -367,6 +447,14 @@ func (m *PartManifest) Validate() error {
 		return bad("negative or inconsistent counts")
 	case len(m.File.SHA256) != 64:
 		return bad("sha256 %q", m.File.SHA256)
+	}
+	if int64(len(m.Dropped)) != m.RecordsDropped || m.RecordsDropped > m.RecordsTruncated {
+		return bad("records_dropped %d with %d dropped records listed, %d truncated", m.RecordsDropped, len(m.Dropped), m.RecordsTruncated)
+	}
+	for k, s := range m.Dropped {
+		if s < 0 || s >= m.Records || k > 0 && s <= m.Dropped[k-1] {
+			return bad("dropped record %d: want ascending indices below %d", s, m.Records)
+		}
 	}
 	var recs int64
 	for i, p := range m.Share {

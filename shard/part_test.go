@@ -62,6 +62,54 @@ func TestPartRoundTrip(t *testing.T) {
 	}
 }
 
+// TestPartLoss: examples with a Loss (chat data) keep it through a part
+// file, an example without one in such a file reads back as trained
+// throughout, and a bitmap's unused bits must be 0.
+func TestPartLoss(t *testing.T) {
+	exs, flags := partExamples()
+	exs[0].Loss = []bool{false, true, true}
+	exs[2].Loss = []bool{true, false}
+	exs[3].Loss = []bool{false, false}
+	var buf bytes.Buffer
+	n, _, err := WritePart(&buf, exs, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(buf.Len()) || n != 32+16*4+4*8+1 {
+		t.Fatalf("size %d, wrote %d, want %d", n, buf.Len(), 32+16*4+4*8+1)
+	}
+	p, err := NewPart(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := p.AppendExamples(nil, nil, 0)
+	want := [][]bool{{false, true, true}, {true}, {true, false}, {false, false}}
+	for i := range got {
+		if !slices.Equal(got[i].Loss, want[i]) {
+			t.Errorf("example %d: loss %v, want %v", i, got[i].Loss, want[i])
+		}
+	}
+	bad := slices.Clone(buf.Bytes())
+	bad[len(bad)-1] ^= 0x80 // 8 tokens use every bit of the byte
+	if _, err := NewPart(bad); err != nil {
+		t.Fatalf("full last byte: %v", err)
+	}
+	exs[3] = Example{Sample: 7, Tokens: exs[3].Tokens[:1], Loss: exs[3].Loss[:1]} // 7 tokens
+	buf.Reset()
+	if _, _, err := WritePart(&buf, exs, flags); err != nil {
+		t.Fatal(err)
+	}
+	bad = slices.Clone(buf.Bytes())
+	bad[len(bad)-1] |= 0x80
+	if _, err := NewPart(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("unused bit set: %v, want ErrCorrupt", err)
+	}
+	exs[0].Loss = exs[0].Loss[:2]
+	if _, _, err := WritePart(&buf, exs, flags); !errors.Is(err, ErrConfig) {
+		t.Fatalf("loss of the wrong length: %v, want ErrConfig", err)
+	}
+}
+
 func TestPartCorrupt(t *testing.T) {
 	exs, flags := partExamples()
 	var buf bytes.Buffer
@@ -76,7 +124,8 @@ func TestPartCorrupt(t *testing.T) {
 		{"truncated", func(b []byte) []byte { return b[:len(b)-1] }},
 		{"header only", func(b []byte) []byte { return b[:20] }},
 		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }},
-		{"version", func(b []byte) []byte { b[8] = 2; return b }},
+		{"version", func(b []byte) []byte { b[8] = 1; return b }},
+		{"unknown feature", func(b []byte) []byte { b[12] = 2; return b }},
 		{"huge count", func(b []byte) []byte { binary.LittleEndian.PutUint64(b[16:], 1<<62); return b }},
 		{"zero length", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[32+8:], 0); return b }},
 		{"prompt past length", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[32+12:], 9); return b }},

@@ -34,6 +34,7 @@ type Batch struct {
 	SegSample   []int64
 	SegStart    []int32
 	SegLength   []int32
+	SegSource   []int32 // format version 2 (FileMeta.Sources); nil in version 1
 
 	buffers map[string]BufferRef // absolute offsets, when the reader holds the whole file
 }
@@ -154,8 +155,17 @@ func (b *Batch) Row(i, L int, dst *Row) {
 	dst.Length = b.Length[i]
 	dst.Segments = dst.Segments[:0]
 	for k := b.SegOffsets[i]; k < b.SegOffsets[i+1]; k++ {
-		dst.Segments = append(dst.Segments, Segment{Sample: b.SegSample[k], Start: b.SegStart[k], Length: b.SegLength[k]})
+		dst.Segments = append(dst.Segments, b.segment(k))
 	}
+}
+
+// segment returns segment k of the batch.
+func (b *Batch) segment(k int32) Segment {
+	s := Segment{Sample: b.SegSample[k], Start: b.SegStart[k], Length: b.SegLength[k]}
+	if b.SegSource != nil {
+		s.Source = b.SegSource[k]
+	}
+	return s
 }
 
 // Buffers returns the absolute file offsets of the batch's values buffers,
@@ -293,9 +303,10 @@ func metaFromSchema(name string, s *arrow.Schema) (FileMeta, error) {
 	if err != nil {
 		return m, err
 	}
-	if v != FormatVersion {
-		return m, badFile(name, "format version %d, this reader knows %d", v, FormatVersion)
+	if v < FormatVersionNoSources || v > FormatVersion {
+		return m, badFile(name, "format version %d, this reader knows %d..%d", v, FormatVersionNoSources, FormatVersion)
 	}
+	m.Sources = v >= FormatVersion
 	if m.Rank, err = getInt(MetaRank); err != nil {
 		return m, err
 	}
@@ -410,14 +421,18 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 	b.SegOffsets = arrow.Int32Traits.CastFromBytes(ob)
 	st := sd.Children()[0]
 	nseg := st.Len()
-	if st.NullN() != 0 || st.Offset() != 0 || len(st.Children()) != 3 || nseg < 0 {
+	nkids := 3
+	if r.meta.Sources {
+		nkids = 4
+	}
+	if st.NullN() != 0 || st.Offset() != 0 || len(st.Children()) != nkids || nseg < 0 {
 		return b, badFile(name, "batch %d column segments: bad struct child", idx)
 	}
 	if b.SegOffsets[0] < 0 || int(b.SegOffsets[rows]) > nseg {
 		return b, badFile(name, "batch %d segments offsets [%d, %d] exceed %d segments", idx, b.SegOffsets[0], b.SegOffsets[rows], nseg)
 	}
 	kids := st.Children()
-	for i, cname := range []string{"segments.sample", "segments.start", "segments.length"} {
+	for i, cname := range []string{"segments.sample", "segments.start", "segments.length", "segments.source"}[:nkids] {
 		if kids[i].Len() != nseg {
 			return b, badFile(name, "batch %d column %s: %d values, want %d", idx, cname, kids[i].Len(), nseg)
 		}
@@ -440,6 +455,14 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 	}
 	r.ref(&b, "segments.length", slb)
 	b.SegLength = arrow.Int32Traits.CastFromBytes(slb)
+	if r.meta.Sources {
+		srb, err := values(name, "segments.source", kids[3], nseg, 4)
+		if err != nil {
+			return b, err
+		}
+		r.ref(&b, "segments.source", srb)
+		b.SegSource = arrow.Int32Traits.CastFromBytes(srb)
+	}
 
 	segs := make([]Segment, 0, 8)
 	for i := range rows {
@@ -453,9 +476,13 @@ func (r *Reader) loadBatch(rec arrow.RecordBatch, idx int) (Batch, error) {
 		}
 		segs = segs[:0]
 		for k := lo; k < hi; k++ {
-			segs = append(segs, Segment{Sample: b.SegSample[k], Start: b.SegStart[k], Length: b.SegLength[k]})
+			segs = append(segs, b.segment(k))
 		}
-		if err := checkSegments(segs, n, r.meta.Mode); err != nil {
+		err := checkSegments(segs, n, r.meta.Mode)
+		if err == nil {
+			err = checkSources(segs, r.meta.Sources)
+		}
+		if err != nil {
 			return b, badFile(name, "batch %d row %d (row %d of the shard): %v", idx, i, b.RowStart+i, err)
 		}
 	}

@@ -6,7 +6,8 @@ import "fmt"
 // with --split-long. Tokens already include the tokenizer's special tokens
 // and are at most seq_len long.
 type Example struct {
-	Sample int64   // 0-based record index in the input
+	Sample int64   // 0-based record index in the input (a mixture: in its source)
+	Source int32   // a mixture's source index in the recipe; 0 otherwise
 	Tokens []int32 // token ids
 	Prompt int     // leading prompt tokens (no loss under LabelsMaskPrompt)
 	// Loss, when not nil, has one entry per token: false gives the token
@@ -94,7 +95,7 @@ func (l Layout) Fill(row *Row, exs []Example) error {
 				pids[j] = int32(j)
 			}
 		}
-		row.Segments = append(row.Segments, Segment{Sample: ex.Sample, Start: int32(pos), Length: int32(n)})
+		row.Segments = append(row.Segments, Segment{Sample: ex.Sample, Start: int32(pos), Length: int32(n), Source: ex.Source})
 		pos += n
 	}
 	row.Length = int32(pos)

@@ -340,11 +340,12 @@ func TestWriterRejectsBadRows(t *testing.T) {
 		name string
 		row  Row
 	}{
-		{"short ids", Row{InputIDs: []int32{1}, Labels: make([]int32, 4), Length: 1, Segments: []Segment{{0, 0, 1}}}},
-		{"length too big", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 5, Segments: []Segment{{0, 0, 5}}}},
-		{"gap", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 2, Segments: []Segment{{0, 1, 1}}}},
-		{"short cover", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 3, Segments: []Segment{{0, 0, 2}}}},
-		{"position ids in pad", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), PositionIDs: make([]int32, 4), Length: 1, Segments: []Segment{{0, 0, 1}}}},
+		{"short ids", Row{InputIDs: []int32{1}, Labels: make([]int32, 4), Length: 1, Segments: []Segment{{0, 0, 1, 0}}}},
+		{"length too big", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 5, Segments: []Segment{{0, 0, 5, 0}}}},
+		{"gap", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 2, Segments: []Segment{{0, 1, 1, 0}}}},
+		{"short cover", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 3, Segments: []Segment{{0, 0, 2, 0}}}},
+		{"source in a version 1 file", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), Length: 1, Segments: []Segment{{0, 0, 1, 2}}}},
+		{"position ids in pad", Row{InputIDs: make([]int32, 4), Labels: make([]int32, 4), PositionIDs: make([]int32, 4), Length: 1, Segments: []Segment{{0, 0, 1, 0}}}},
 	} {
 		w, err := NewWriter(&bytes.Buffer{}, meta)
 		if err != nil {

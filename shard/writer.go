@@ -32,6 +32,7 @@ type Writer struct {
 	segSample  []int64
 	segStart   []int32
 	segLength  []int32
+	segSource  []int32 // version 2 (meta.Sources) only
 }
 
 // WriterOption configures a Writer.
@@ -88,7 +89,7 @@ func (w *Writer) Add(r *Row) error {
 		return w.err
 	}
 	L := w.meta.SeqLen
-	if err := checkRow(r, L, w.meta.Mode); err != nil {
+	if err := checkRow(r, L, w.meta.Mode, w.meta.Sources); err != nil {
 		w.err = fmt.Errorf("shard: rank %d row %d: %w", w.meta.Rank, w.rows, err)
 		return w.err
 	}
@@ -102,6 +103,9 @@ func (w *Writer) Add(r *Row) error {
 		w.segSample = append(w.segSample, s.Sample)
 		w.segStart = append(w.segStart, s.Start)
 		w.segLength = append(w.segLength, s.Length)
+		if w.meta.Sources {
+			w.segSource = append(w.segSource, s.Source)
+		}
 	}
 	w.segOffsets = append(w.segOffsets, int32(len(w.segSample)))
 	w.n++
@@ -115,7 +119,7 @@ func (w *Writer) Add(r *Row) error {
 	return nil
 }
 
-func checkRow(r *Row, L int, mode Mode) error {
+func checkRow(r *Row, L int, mode Mode, sources bool) error {
 	if len(r.InputIDs) != L || len(r.Labels) != L {
 		return fmt.Errorf("%w: input_ids/labels length %d/%d, want %d", ErrConfig, len(r.InputIDs), len(r.Labels), L)
 	}
@@ -128,7 +132,24 @@ func checkRow(r *Row, L int, mode Mode) error {
 	if r.Length < 0 || int(r.Length) > L {
 		return fmt.Errorf("%w: length %d, want 0..%d", ErrConfig, r.Length, L)
 	}
-	return checkSegments(r.Segments, r.Length, mode)
+	if err := checkSegments(r.Segments, r.Length, mode); err != nil {
+		return err
+	}
+	return checkSources(r.Segments, sources)
+}
+
+// checkSources checks the segments' sources: >= 0, and 0 in a file
+// without sources (format version 1).
+func checkSources(segs []Segment, sources bool) error {
+	for i, s := range segs {
+		if s.Source < 0 {
+			return fmt.Errorf("%w: segment %d has source %d, want >= 0", ErrConfig, i, s.Source)
+		}
+		if !sources && s.Source != 0 {
+			return fmt.Errorf("%w: segment %d has source %d in a file without sources (format version 1)", ErrConfig, i, s.Source)
+		}
+	}
+	return nil
 }
 
 // checkSegments enforces the segment contract: contiguous from 0, in order,
@@ -187,12 +208,16 @@ func (w *Writer) flush() error {
 	cols = append(cols, array.MakeFromData(lenData))
 	lenData.Release()
 
-	sample, start, length := int64Data(w.segSample), int32Data(w.segStart), int32Data(w.segLength)
-	st := array.NewData(segmentType, len(w.segSample), []*memory.Buffer{nil}, []arrow.ArrayData{sample, start, length}, 0, 0)
-	sample.Release()
-	start.Release()
-	length.Release()
-	lt := arrow.ListOfNonNullable(segmentType)
+	kids := []arrow.ArrayData{int64Data(w.segSample), int32Data(w.segStart), int32Data(w.segLength)}
+	if w.meta.Sources {
+		kids = append(kids, int32Data(w.segSource))
+	}
+	segType := segmentType(w.meta)
+	st := array.NewData(segType, len(w.segSample), []*memory.Buffer{nil}, kids, 0, 0)
+	for _, k := range kids {
+		k.Release()
+	}
+	lt := arrow.ListOfNonNullable(segType)
 	ld := array.NewData(lt, w.n, []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(w.segOffsets))}, []arrow.ArrayData{st}, 0, 0)
 	st.Release()
 	cols = append(cols, array.MakeFromData(ld))
@@ -216,6 +241,7 @@ func (w *Writer) flush() error {
 	w.segSample = w.segSample[:0]
 	w.segStart = w.segStart[:0]
 	w.segLength = w.segLength[:0]
+	w.segSource = w.segSource[:0]
 	return nil
 }
 

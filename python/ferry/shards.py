@@ -56,7 +56,8 @@ import numpy as np
 from .errors import ManifestError, MissingManifestError, MissingShardError, ShardError
 
 FORMAT = "ferry-shards"
-VERSION = 1
+VERSION = 2  # the newest format version; version 1 (no segments.source) is read too
+VERSIONS = (1, 2)
 LOSS_TOKENS_NAME = "loss_tokens.u32"
 MAGIC_HEAD = b"ARROW1\x00\x00"
 MAGIC_TAIL = b"ARROW1"
@@ -102,10 +103,19 @@ class Manifest:
         _need(fmt == FORMAT, path, f"format = {fmt!r}, want {FORMAT!r}")
         ver = raw.get("version")
         _need(
-            ver == VERSION,
+            ver in VERSIONS,
             path,
-            f"version = {ver!r}, this reader knows version {VERSION} only",
+            f"version = {ver!r}, this reader knows versions {VERSIONS}",
         )
+        self.version = ver
+        # a mixture's sources in recipe order (version 2): segment source k is sources[k]
+        self.sources = raw.get("sources") or []
+        _need(isinstance(self.sources, list) and (len(self.sources) > 0) == (ver == 2), path,
+              f"version {ver} with {len(self.sources) if isinstance(self.sources, list) else self.sources!r} sources: "
+              "version 2 lists its sources, version 1 none")
+        for k, src in enumerate(self.sources):
+            _need(isinstance(src, dict) and isinstance(src.get("name"), str), path,
+                  f"sources[{k}] = {src!r:.80}, want an object with a name")
         self.seq_len = _int(raw, "seq_len", path, "", 1)
         _need(self.seq_len <= MAX_SEQ_LEN, path, f"seq_len {self.seq_len} above limit {MAX_SEQ_LEN}")
         self.mode = raw.get("mode")
@@ -195,6 +205,8 @@ class Manifest:
                 "segments.start", "segments.length"]
         if self.mode == "pack":
             cols.append("position_ids")
+        if self.version >= 2:
+            cols.append("segments.source")
         next_row = 0
         for k, b in enumerate(batches):
             bw = f"{where}batches[{k}]: "
@@ -215,6 +227,7 @@ class Manifest:
                 "segments.sample": n * 8,  # at least one segment per row
                 "segments.start": n * 4,
                 "segments.length": n * 4,
+                "segments.source": n * 4,
             }
             for c in cols:
                 buf = bufs.get(c)
@@ -510,8 +523,11 @@ class ShardFile:
             return False
         return True
 
-    def segments(self, row):
-        """The source records in shard row ``row``: a list of (sample, start, length)."""
+    def segments(self, row, sources=False):
+        """The source records in shard row ``row``: a list of (sample, start,
+        length), or with ``sources`` (sample, start, length, source), where
+        source is the segment's index in the manifest's ``sources`` (0 in a
+        version 1 shard, which has none)."""
         k, i = self.locate(row)
         b = self._batches[k]
         n, bufs = b["rows"], b["buffers"]
@@ -523,6 +539,8 @@ class ShardFile:
             "segments.start": bufs["segments.start"]["length"] // 4,
             "segments.length": bufs["segments.length"]["length"] // 4,
         }
+        if "segments.source" in bufs:
+            cap["segments.source"] = bufs["segments.source"]["length"] // 4
         if not (0 <= lo <= hi <= nseg) or any(nseg > v for v in cap.values()):
             raise ShardError(
                 f"{self.path}: record batch {k} (byte {bufs['segments.offsets']['offset']}): "
@@ -532,7 +550,11 @@ class ShardFile:
         sample = self._arr(bufs["segments.sample"], np.int64, nseg)
         start = self._arr(bufs["segments.start"], np.int32, nseg)
         length = self._arr(bufs["segments.length"], np.int32, nseg)
-        return [(int(sample[j]), int(start[j]), int(length[j])) for j in range(lo, hi)]
+        if not sources:
+            return [(int(sample[j]), int(start[j]), int(length[j])) for j in range(lo, hi)]
+        src = self._arr(bufs["segments.source"], np.int32, nseg) if "segments.source" in bufs else None
+        return [(int(sample[j]), int(start[j]), int(length[j]), 0 if src is None else int(src[j]))
+                for j in range(lo, hi)]
 
     def row_address(self, column, row):
         """Absolute address of shard row ``row`` of ``column`` in this process."""

@@ -70,7 +70,7 @@ func fromReader(path string, r *shard.Reader) Shard {
 	fm := r.Meta()
 	s := Shard{Path: path, Meta: map[string]string{
 		shard.MetaFormat:    shard.FormatName,
-		shard.MetaVersion:   strconv.Itoa(shard.FormatVersion),
+		shard.MetaVersion:   strconv.Itoa(fm.Version()),
 		shard.MetaRank:      strconv.Itoa(fm.Rank),
 		shard.MetaRanks:     strconv.Itoa(fm.Ranks),
 		shard.MetaSeqLen:    strconv.Itoa(fm.SeqLen),
@@ -108,6 +108,9 @@ func fromReader(path string, r *shard.Reader) Shard {
 		}
 		if fm.Mode == shard.ModePack {
 			cols[shard.ColPositionIDs] = h32(b.PositionIDs)
+		}
+		if fm.Sources {
+			cols["segments.source"] = h32(b.SegSource)
 		}
 		s.Batches = append(s.Batches, Batch{Rows: b.Rows, SHA256: cols})
 	}

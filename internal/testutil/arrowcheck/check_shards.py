@@ -64,21 +64,27 @@ def token_type(seq_len):
     return pa.list_(pa.field("item", pa.int32(), nullable=False), seq_len)
 
 
-SEGMENT_TYPE = pa.list_(pa.field("item", pa.struct([
+SEGMENT_FIELDS = [
     pa.field("sample", pa.int64(), nullable=False),
     pa.field("start", pa.int32(), nullable=False),
     pa.field("length", pa.int32(), nullable=False),
-]), nullable=False))
+    pa.field("source", pa.int32(), nullable=False),  # format version 2 (a mixture) only
+]
 
 
-def want_schema(mode, seq_len):
-    """The Arrow schema docs/shard-format.md specifies (without metadata)."""
+def segment_type(sources):
+    return pa.list_(pa.field("item", pa.struct(SEGMENT_FIELDS if sources else SEGMENT_FIELDS[:3]), nullable=False))
+
+
+def want_schema(mode, seq_len, sources=False):
+    """The Arrow schema docs/shard-format.md specifies (without metadata);
+    sources: format version 2, whose segments carry source."""
     fields = [pa.field("input_ids", token_type(seq_len), nullable=False),
               pa.field("labels", token_type(seq_len), nullable=False)]
     if mode == "pack":
         fields.append(pa.field("position_ids", token_type(seq_len), nullable=False))
     fields += [pa.field("length", pa.int32(), nullable=False),
-               pa.field("segments", SEGMENT_TYPE, nullable=False)]
+               pa.field("segments", segment_type(sources), nullable=False)]
     return pa.schema(fields)
 
 
@@ -114,6 +120,7 @@ class _Shard:
         self.expect = expect
         self.L = manifest["seq_len"]
         self.mode = manifest["mode"]
+        self.sources = manifest["version"] >= 2
         self.n_problems = 0
 
     def bad(self, msg):
@@ -178,7 +185,7 @@ class _Shard:
         self.report.shards += 1
 
     def check_schema(self, schema):
-        want = want_schema(self.mode, self.L)
+        want = want_schema(self.mode, self.L, self.sources)
         if not schema.remove_metadata().equals(want):
             self.bad(f"schema\n  {schema.remove_metadata()}\nwant\n  {want}".replace("\n", "\n  "))
         md = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
@@ -217,7 +224,10 @@ class _Shard:
         struct = seg.values
         if struct.null_count or struct.buffers()[0] is not None:
             self.bad(f"{where} column segments: struct child has {struct.null_count} nulls or a validity bitmap")
-        for f, dt in (("sample", np.int64), ("start", np.int32), ("length", np.int32)):
+        fields = (("sample", np.int64), ("start", np.int32), ("length", np.int32))
+        if self.sources:
+            fields += (("source", np.int32),)
+        for f, dt in fields:
             child = struct.field(f)
             if child.null_count or child.buffers()[0] is not None:
                 self.bad(f"{where} column segments.{f}: {child.null_count} nulls or a validity bitmap")
@@ -278,6 +288,8 @@ class _Shard:
         if (sln < 1).any() or (smp < 0).any():
             self.bad(f"{where}: a segment with length < 1 or a negative sample")
             return
+        if "segments.source" in c and ((c["segments.source"] < 0) | (c["segments.source"] >= len(self.m.get("sources", [])))).any():
+            self.bad(f"{where}: a segment source outside the manifest's {len(self.m.get('sources', []))} sources")
         row_of = np.repeat(np.arange(n), cnt)
         excl = np.cumsum(sln) - sln  # start of each segment counted over the whole batch
         if rows_where(np.bincount(row_of[sst != excl - excl[offs[:-1]][row_of]], minlength=n) > 0,
