@@ -5,6 +5,7 @@
 //	go run ./bench/tokenize [-quick] [-threads 1,2] [-runs 5] [-alpaca-mb 20]
 //	go run ./bench/tokenize ferry -tokenizer DIR [flags] [IN.jsonl]   (ferry's side alone; ferry.go)
 //	go run ./bench/tokenize load -tokenizer DIR                        (one timed tokenize.Load; load.go)
+//	go run ./bench/tokenize ids -tokenizer DIR [flags] [IN.jsonl]      (dataprep tokenize's pass + a {"bench"} line; ids.go)
 //
 // Inputs: (a) the bundled Alpaca demo records formatted as the seed workloads
 // do ("### Instruction:\n...\n\n### Input:\n...\n\n### Response:\n...{eos}"),
@@ -69,6 +70,8 @@ func main() {
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "ferry" {
 		err = runFerry(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else if len(os.Args) > 1 && os.Args[1] == "ids" {
+		err = runIDs(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
 	} else if len(os.Args) > 1 && os.Args[1] == "load" {
 		err = runLoad(os.Args[2:], os.Stdout, os.Stderr)
 	} else {

@@ -1,5 +1,5 @@
-// Package procstat measures the running process for the --bench modes of
-// the ferry commands and the benchmark tools: CPUSeconds is the process's
+// Package procstat measures the running process for the benchmark tools
+// under bench/ and the commands' peak-memory report: CPUSeconds is the process's
 // user+system CPU time (getrusage(RUSAGE_SELF), every thread), PeakRSS its
 // peak resident set size (VmHWM; the commands' peak-memory report), and
 // Median is the statistic they report over repeated runs.

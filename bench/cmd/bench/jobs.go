@@ -34,6 +34,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 	add(feedJobs(e))
 	add(feedAnchorJobs(e))
 	add(ckptJobs(e))
+	add(loadPretrainedJobs(e))
 	add(storageJobs(e))
 	return jobs, inputs
 }
@@ -98,7 +99,8 @@ func unavailable(jobs []harness.Job, why string) []harness.Job {
 	return jobs
 }
 
-// tokenizerJobs: `dataprep tokenize` vs HF tokenizers (Python), for both seed
+// tokenizerJobs: `dataprep tokenize`'s pass (prep.Tokenize, run by
+// bench/tokenize ids) vs HF tokenizers (Python), for both seed
 // tokenizers, 1 and all threads, on Alpaca prompts and the hard corpus.
 // The metric is the wall time of the whole process: start, tokenizer load,
 // reading JSONL texts, encoding, writing JSONL IDs — the same work on both
@@ -107,17 +109,9 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 	var jobs []harness.Job
 	var inputs []string
 	why := e.hfTokenizers()
-	dataprep, whyBin := e.goBuild("cmd/dataprep")
-	benchLine := false
-	if whyBin == "" {
-		help := e.helpText(dataprep, "tokenize")
-		benchLine = hasFlag(help, "bench-line")
-		if !strings.Contains(help, "tokenizer") {
-			whyBin = "bin/dataprep has no tokenize subcommand yet"
-		} else {
-			whyBin = requireFlags(help, "dataprep tokenize", "tokenizer", "threads")
-		}
-	}
+	// bench/tokenize ids: dataprep tokenize's pass (prep.Tokenize) plus the
+	// {"bench"} line with the encode throughput
+	ids, whyBin := e.goBuild("bench/tokenize")
 	if why == "" {
 		why = whyBin
 	}
@@ -189,15 +183,12 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 				name := fmt.Sprintf("tokenize %s %s %dT", t.name, in.name, th)
 				slug := slugify(name)
 				ferryOut, hfOut := e.outPath(slug, "ferry"), e.outPath(slug, "hf")
-				argv := []string{dataprep, "tokenize", "--tokenizer", tokDir, "--threads", strconv.Itoa(th)}
-				if benchLine {
-					argv = append(argv, "--bench-line")
-				}
+				argv := []string{ids, "ids", "--tokenizer", tokDir, "--threads", strconv.Itoa(th)}
 				j := harness.Job{
 					Name: name, Group: "tokenizer",
 					Metric: harness.Metric{Name: "wall_s", Unit: "s"},
 					Extra:  []harness.ExtraMetric{{Metric: harness.Metric{Name: "encode_mb_per_s", Unit: "MB/s", HigherIsBetter: true}}},
-					Ferry: harness.Side{Label: "ferry dataprep tokenize", Cmd: harness.Command{
+					Ferry: harness.Side{Label: "ferry dataprep tokenize (bench/tokenize ids: prep.Tokenize)", Cmd: harness.Command{
 						Argv:   append(argv, in.path[t.name]),
 						Stdout: ferryOut,
 					}},

@@ -292,7 +292,8 @@ func fileStamp(p string) string {
 	return fmt.Sprintf("%x", sha256.Sum256(b))
 }
 
-// transformersTokenizeJobs: dataprep tokenize against transformers'
+// transformersTokenizeJobs: dataprep tokenize's pass (bench/tokenize ids)
+// against transformers'
 // AutoTokenizer called once per row, as the seeds call it (truncation,
 // padding="max_length" 1024, pad = eos), on the tokenizer jobs' Alpaca
 // records; IDs are discarded on both sides and their counts compared.
@@ -311,7 +312,7 @@ func transformersTokenizeJobs(e *env) ([]harness.Job, []string) {
 		NoWarmup: e.c.mode == "quick",
 		Anchor:   harness.Side{Label: "transformers " + e.tools["transformers"] + " AutoTokenizer(text, truncation=True, max_length=1024, padding=\"max_length\") per row, as the seeds call it"},
 	}
-	dataprep, why := e.goBuild("cmd/dataprep")
+	ids, why := e.goBuild("bench/tokenize")
 	if why == "" {
 		why = e.hfTokenizers()
 	}
@@ -336,10 +337,10 @@ func transformersTokenizeJobs(e *env) ([]harness.Job, []string) {
 		j.Unavailable = "tokenizer: " + err.Error()
 		return []harness.Job{j}, nil
 	}
-	common := []string{"--alpaca", "--eos", t.eos, "--max-length", "1024", "--pad", "--out", "none", "--bench-line", recs}
-	j.Ferry.Cmd = harness.Command{Argv: append([]string{dataprep, "tokenize", "--tokenizer", tok, "--threads", "1"}, common...),
+	common := []string{"--alpaca", "--eos", t.eos, "--max-length", "1024", "--pad", "--out", "none"}
+	j.Ferry.Cmd = harness.Command{Argv: append(append([]string{ids, "ids", "--tokenizer", tok, "--threads", "1"}, common...), recs),
 		Stdout: e.outPath(slug, "ferry")}
-	j.Anchor.Cmd = harness.Command{Argv: append([]string{e.c.python, hfTokenizePy, "--tokenizer", tok, "--transformers"}, common...),
+	j.Anchor.Cmd = harness.Command{Argv: append(append([]string{e.c.python, hfTokenizePy, "--tokenizer", tok, "--transformers"}, common...), "--bench-line", recs),
 		Env: e.pyEnv(1), Stdout: e.outPath(slug, "hf")}
 	j.Check = func() (string, error) { return compareCounts(e.outPath(slug, "ferry"), e.outPath(slug, "hf")) }
 	return []harness.Job{j}, []string{"tokenize " + t.name + " alpaca transformers per row: " + desc}

@@ -254,10 +254,11 @@ func TestCheckShards(t *testing.T) {
 	}
 }
 
-// fakeDataprep stands in for bin/dataprep: its tokenize subcommand runs the
-// HF anchor itself, so the harness must find identical IDs.
-const fakeDataprep = `#!/bin/sh
-if [ "$1" != tokenize ]; then echo "usage: dataprep (fake)" >&2; exit 2; fi
+// fakeTokenize stands in for bench/tokenize (and, with no ids subcommand
+// to offer, for bin/dataprep): its ids subcommand runs the HF anchor
+// itself, so the harness must find identical IDs.
+const fakeTokenize = `#!/bin/sh
+if [ "$1" != ids ]; then echo "usage: dataprep (fake)" >&2; exit 2; fi
 shift
 args=""
 for a in "$@"; do
@@ -284,8 +285,10 @@ func TestRunEndToEnd(t *testing.T) {
 	t.Setenv("REPO", repo)
 	t.Setenv("FERRY_BENCH_TEST_PYTHON", py)
 	bin, work, results := t.TempDir(), t.TempDir(), t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "dataprep"), []byte(fakeDataprep), 0o755); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"tokenize", "dataprep"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(fakeTokenize), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"-mode", "quick", "-bin", bin, "-work", work, "-results", results,
