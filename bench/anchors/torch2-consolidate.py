@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """torch2-consolidate.py -- the torch >= 2.4 ways to merge a DCP checkpoint,
-timed: the anchors for ckptmerge in bench/cmd/bench and bench/ckptbench
+timed: the anchors for the ckptmerge jobs of bench/cmd/bench
 (run with the test venv's Python, torch 2.4 or newer).
 
 Usage

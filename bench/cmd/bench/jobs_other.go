@@ -170,13 +170,17 @@ func ckptJobs(e *env) ([]harness.Job, []string) {
 const ckptGenerator = "bench/ckptbench/make_dcp_big_torch2.py"
 
 // checkpoint generates (once; it is kept in the work dir) a 4-rank bf16
-// checkpoint of a Llama-shaped model, ~75 MB in quick mode, ~1.7 GB full,
+// checkpoint of a Llama-shaped model, ~75 MB in quick mode, ~1.7 GB full
+// (-ckpt-layers changes the number of layers),
 // and the same tensors as torch's sharded HF safetensors (the input of
 // torch's consolidation). It returns both directories and a description.
 func (e *env) checkpoint(gen string) (string, string, string, error) {
 	args := []string{"--layers", "16", "--hidden", "2048", "--intermediate", "5632", "--vocab", "32000", "--world-size", "4"}
 	if e.c.mode == "quick" {
 		args = []string{"--layers", "2", "--hidden", "512", "--intermediate", "1408", "--vocab", "32000", "--world-size", "4"}
+	}
+	if e.c.ckptLayers > 0 {
+		args[1] = strconv.Itoa(e.c.ckptLayers)
 	}
 	dir := filepath.Join(e.c.work, "ckpt", slugify(strings.Join(args, " ")))
 	hf := dir + ".hf-sharded"

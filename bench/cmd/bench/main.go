@@ -50,6 +50,7 @@ type config struct {
 	noCheck     bool
 	storageSize string
 	seedRecords int    // records for the seed path job (0 = all)
+	ckptLayers  int    // layers of the generated checkpoint (0 = the mode's: quick 2, full 16)
 	binDir      string // prebuilt ferry binaries; "" = build from the tree
 	stdout      io.Writer
 	stderr      io.Writer
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "the \"all threads\" count")
 	fs.StringVar(&c.binDir, "bin", "", "use the ferry binaries in this `dir` (e.g. bin after make build) instead of building them from the tree")
 	fs.IntVar(&c.seedRecords, "seed-records", 0, "the seed path job uses the first `N` records only (default: quick 200, full all); 8 ranks of the seed tokenize every record each")
+	fs.IntVar(&c.ckptLayers, "ckpt-layers", 0, "layers of the checkpoint the ckptmerge jobs generate (default: quick 2, full 16 = 1.7 GB; full 60 is about 5.5 GB, to show that ckptmerge's memory does not grow with the model)")
 	fs.BoolVar(&c.list, "list", false, "list the jobs and whether they can run, then exit")
 	fs.BoolVar(&c.noCheck, "no-check", false, "skip the output checks (identical token IDs, ...) that normally fail a job")
 	fs.StringVar(&c.storageSize, "storage-size", "", "object size for the storage jobs (default: 64MiB quick, 512MiB full)")
@@ -116,8 +118,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.pairs == 0 {
 		c.pairs = map[string]int{"quick": 2, "full": 3}[c.mode]
 	}
-	if c.pairs < 1 || c.warmup < 0 || c.threads < 1 {
-		fmt.Fprintln(stderr, "bench: -pairs and -threads must be at least 1, -warmup at least 0")
+	if c.pairs < 1 || c.warmup < 0 || c.threads < 1 || c.ckptLayers < 0 {
+		fmt.Fprintln(stderr, "bench: -pairs and -threads must be at least 1, -warmup and -ckpt-layers at least 0")
 		return nil, errUsage
 	}
 	if only != "" {
