@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -96,17 +98,7 @@ func ParseChat(name string, raw []byte, opt Options) (*ChatResult, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	res := &ChatResult{Bytes: int64(len(data)), RawBytes: int64(len(raw))}
-	onBad := opt.OnBad
-	if onBad == nil {
-		onBad = func(e *RecordError) error { return e }
-	}
-	p := &chatParser{name: name, res: res, bad: func(e *RecordError) error {
-		if err := onBad(e); err != nil {
-			return err
-		}
-		res.Skipped++
-		return nil
-	}}
+	p := newChatParser(name, res, opt)
 	if len(data) >= 4 && string(data[:4]) == "PAR1" {
 		res.Format = Parquet
 		err = p.parquet(data)
@@ -120,6 +112,23 @@ func ParseChat(name string, raw []byte, opt Options) (*ChatResult, error) {
 		return nil, fmt.Errorf("%w: %s has no records", ErrEmpty, name)
 	}
 	return res, nil
+}
+
+// newChatParser returns a parser of name's records into res that passes
+// bad records to opt.OnBad (nil: the first is the error) and counts the
+// skipped ones.
+func newChatParser(name string, res *ChatResult, opt Options) *chatParser {
+	onBad := opt.OnBad
+	if onBad == nil {
+		onBad = func(e *RecordError) error { return e }
+	}
+	return &chatParser{name: name, res: res, bad: func(e *RecordError) error {
+		if err := onBad(e); err != nil {
+			return err
+		}
+		res.Skipped++
+		return nil
+	}}
 }
 
 type chatParser struct {
@@ -190,7 +199,20 @@ func (p *chatParser) json(data []byte) error {
 		return p.array(data, start)
 	}
 	// JSON Lines: one record a non-blank line.
+	return p.jsonLines(data, start, 0)
+}
+
+// jsonLines reads data[start:] as JSON Lines, one record a non-blank line;
+// data starts at byte base of its file (errors name base + the offset, and
+// no line when base > 0: the lines before were not read).
+func (p *chatParser) jsonLines(data []byte, start int, base int64) error {
 	p.res.Format = JSONLines
+	line := func(off int) int64 {
+		if base > 0 {
+			return 0
+		}
+		return p.lines.at(data, off)
+	}
 	var idx int64
 	for off := start; off < len(data); {
 		end := bytes.IndexByte(data[off:], '\n')
@@ -199,15 +221,15 @@ func (p *chatParser) json(data []byte) error {
 		} else {
 			end += off
 		}
-		line := bytes.TrimSpace(data[off:end])
-		if len(line) > 0 {
-			v, err := chattemplate.ParseJSONValue(line)
+		text := bytes.TrimSpace(data[off:end])
+		if len(text) > 0 {
+			v, err := chattemplate.ParseJSONValue(text)
 			if err != nil {
-				if err := p.bad(&RecordError{File: p.name, Index: idx, Offset: int64(off), Line: p.lines.at(data, off),
+				if err := p.bad(&RecordError{File: p.name, Index: idx, Offset: base + int64(off), Line: line(off),
 					Err: fmt.Errorf("%w: %v", ErrSyntax, err)}); err != nil {
 					return err
 				}
-			} else if err := p.add(idx, v, int64(off), p.lines.at(data, off)); err != nil {
+			} else if err := p.add(idx, v, base+int64(off), line(off)); err != nil {
 				return err
 			}
 			idx++
@@ -215,6 +237,85 @@ func (p *chatParser) json(data []byte) error {
 		off = end + 1
 	}
 	return nil
+}
+
+// ReadChatPieces reads the conversations of pieces (Share's), in order,
+// as one input, as ReadPieces does for Alpaca records: samples number the
+// records across the pieces from 0; a whole piece is read as ReadChat
+// reads a file, a byte range as JSON Lines (Share cuts a file only
+// between two lines that hold records, so each range holds whole lines
+// and reads as a single run reads them).
+func ReadChatPieces(ctx context.Context, pieces []Piece, opt Options) (*ChatResult, []PieceResult, error) {
+	all := &ChatResult{}
+	var formats []string
+	var base int64
+	per := make([]PieceResult, len(pieces))
+	for i, pc := range pieces {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, context.Cause(ctx)
+		}
+		var res *ChatResult
+		var err error
+		if pc.Whole() {
+			res, err = ReadChat(ctx, pc.File, opt)
+		} else {
+			res, err = readChatRange(ctx, pc, opt)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		all.Records = append(all.Records, res.Records...)
+		for _, s := range res.Samples {
+			all.Samples = append(all.Samples, base+s)
+		}
+		n := int64(len(res.Records)) + res.Skipped
+		base += n
+		all.Skipped += res.Skipped
+		all.Bytes += res.Bytes
+		all.RawBytes += res.RawBytes
+		per[i] = PieceResult{Piece: pc, Format: res.Format, Records: n, Skipped: res.Skipped}
+		if !slices.Contains(formats, string(res.Format)) {
+			formats = append(formats, string(res.Format))
+		}
+	}
+	all.Format = Format(strings.Join(formats, "+"))
+	return all, per, nil
+}
+
+// readChatRange reads the conversations of the byte range pc of a plain
+// JSON Lines file.
+func readChatRange(ctx context.Context, pc Piece, opt Options) (*ChatResult, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 64 << 30
+	}
+	if pc.Off < 0 || pc.End > pc.Size || pc.Off >= pc.End {
+		return nil, fmt.Errorf("%s: bad byte range [%d, %d) of %d bytes", pc.File, pc.Off, pc.End, pc.Size)
+	}
+	if pc.End-pc.Off > opt.MaxBytes {
+		return nil, fmt.Errorf("%s: %w: range of %d bytes, at most %d", pc.File, ErrLimit, pc.End-pc.Off, opt.MaxBytes)
+	}
+	r, err := storage.Open(ctx, pc.File)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if r.Size() != pc.Size {
+		return nil, fmt.Errorf("%s: %d bytes, the split was planned for %d", pc.File, r.Size(), pc.Size)
+	}
+	data := make([]byte, pc.End-pc.Off)
+	if _, err := r.ReadAt(data, pc.Off); err != nil && !(errors.Is(err, io.EOF) && pc.End == pc.Size) {
+		return nil, fmt.Errorf("%s: %w", pc.File, err)
+	}
+	res := &ChatResult{Bytes: int64(len(data)), RawBytes: int64(len(data))}
+	p := newChatParser(pc.File, res, opt)
+	start := 0
+	if pc.Off == 0 && bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+		start = 3
+	}
+	if err := p.jsonLines(data, start, pc.Off); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // array reads the elements of the JSON array that starts data[start:] one

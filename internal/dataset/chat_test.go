@@ -2,8 +2,12 @@ package dataset
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,4 +213,39 @@ func FuzzParseChat(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadChatPieces: byte ranges of a JSON Lines file read the records a
+// whole read does, numbered across the pieces, and a bad record in a later
+// range is named by its byte offset in the file.
+func TestReadChatPieces(t *testing.T) {
+	good := `{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}` + "\n"
+	bad := `{"messages": [{"role": "user", "content": "Hi"}, ` + "\n"
+	data := good + good + bad + good
+	p := filepath.Join(t.TempDir(), "c.jsonl")
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	size, cut := int64(len(data)), int64(2*len(good))
+	pieces := []Piece{{File: p, Size: size, Off: 0, End: cut}, {File: p, Size: size, Off: cut, End: size}}
+	_, _, err := ReadChatPieces(context.Background(), pieces, Options{})
+	var re *RecordError
+	if !errors.As(err, &re) || re.File != p || re.Index != 0 || re.Offset != cut || !errors.Is(err, ErrSyntax) {
+		t.Fatalf("bad record in the second range: %v, want record 0 at byte %d", err, cut)
+	}
+	skip := Options{OnBad: func(*RecordError) error { return nil }}
+	whole, err := ReadChat(context.Background(), p, skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, per, err := ReadChatPieces(context.Background(), pieces, skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Samples, whole.Samples) || res.Skipped != 1 || res.Bytes != size || res.Format != JSONLines {
+		t.Fatalf("pieces read samples %v, %d skipped, %d bytes, %s; whole %v", res.Samples, res.Skipped, res.Bytes, res.Format, whole.Samples)
+	}
+	if per[0].Records != 2 || per[1].Records != 2 || per[1].Skipped != 1 {
+		t.Errorf("per piece %+v", per)
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -68,6 +67,9 @@ type ChatStats struct {
 	Split     int64 // conversations split into several examples
 	Dropped   int64 // conversations whose trained tokens were all cut off
 	Skipped   int64 // bad conversations skipped (onBad returned nil)
+	// DroppedSamples are the samples of the dropped conversations, in
+	// input order.
+	DroppedSamples []int64
 }
 
 // ChatEncoder renders conversations with a chat template, tokenizes them
@@ -263,53 +265,68 @@ func AddedSpecialIDs(path string) (map[int32]bool, error) {
 // conversation (ErrChatRecord, as a *dataset.RecordError) is passed to
 // onBad: a nil return skips it (counted), an error stops the run. A
 // refused template (ErrTemplate) always stops it, naming the first
-// conversation in input order where it shows.
+// conversation in input order where it shows. flags[k] is example k's
+// FlagTruncated and FlagSplit (on the first piece of a split
+// conversation), as EncodeRecordsFlags gives them.
 func (e *ChatEncoder) EncodeChats(ctx context.Context, convs []dataset.Conversation, samples []int64, files []string, locals []int64,
-	workers int, onBad func(*dataset.RecordError) error, progress func(n int)) ([]shard.Example, ChatStats, error) {
+	workers int, onBad func(*dataset.RecordError) error, progress func(n int)) (_ []shard.Example, flags []uint8, _ ChatStats, _ error) {
 	const chunk = 64
 	nchunks := (len(convs) + chunk - 1) / chunk
 	out := make([][]shard.Example, nchunks)
+	outFlags := make([][]uint8, nchunks)
+	fls := make([]uint8, len(convs))
 	errs := make([]error, len(convs))
-	var st [3]atomic.Int64
 	err := Parallel(ctx, len(convs), workers, chunk, func(lo, hi int) error {
 		var exs []shard.Example
+		var exFlags []uint8
 		for i := lo; i < hi; i++ {
 			pieces, fl, err := e.encodeOne(&convs[i])
 			if err != nil {
 				errs[i] = err
 				continue
 			}
-			if fl&FlagTruncated != 0 {
-				st[0].Add(1)
-			}
-			if fl&FlagSplit != 0 {
-				st[1].Add(1)
-			}
+			fls[i] = fl
 			if fl&flagDropped != 0 {
-				st[2].Add(1)
 				continue
 			}
 			for k := range pieces {
 				pieces[k].Sample = samples[i]
+				if k == 0 {
+					exFlags = append(exFlags, fl)
+				} else {
+					exFlags = append(exFlags, 0)
+				}
 			}
 			exs = append(exs, pieces...)
 		}
-		out[lo/chunk] = exs
+		out[lo/chunk], outFlags[lo/chunk] = exs, exFlags
 		if progress != nil {
 			progress(hi - lo)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, ChatStats{}, err
+		return nil, nil, ChatStats{}, err
 	}
-	stats := ChatStats{Truncated: st[0].Load(), Split: st[1].Load(), Dropped: st[2].Load()}
+	var stats ChatStats
+	for i, fl := range fls {
+		if fl&FlagTruncated != 0 {
+			stats.Truncated++
+		}
+		if fl&FlagSplit != 0 {
+			stats.Split++
+		}
+		if fl&flagDropped != 0 {
+			stats.Dropped++
+			stats.DroppedSamples = append(stats.DroppedSamples, samples[i])
+		}
+	}
 	for i, err := range errs {
 		if err == nil {
 			continue
 		}
 		if errors.Is(err, ErrTemplate) {
-			return nil, ChatStats{}, fmt.Errorf("%s: record %d: %w", files[i], locals[i], err)
+			return nil, nil, ChatStats{}, fmt.Errorf("%s: record %d: %w", files[i], locals[i], err)
 		}
 	}
 	for i, err := range errs {
@@ -318,18 +335,19 @@ func (e *ChatEncoder) EncodeChats(ctx context.Context, convs []dataset.Conversat
 		}
 		re := &dataset.RecordError{File: files[i], Index: locals[i], Offset: -1, Err: err}
 		if onBad == nil {
-			return nil, ChatStats{}, re
+			return nil, nil, ChatStats{}, re
 		}
 		if err := onBad(re); err != nil {
-			return nil, ChatStats{}, err
+			return nil, nil, ChatStats{}, err
 		}
 		stats.Skipped++
 	}
 	var exs []shard.Example
-	for _, ch := range out {
+	for i, ch := range out {
 		exs = append(exs, ch...)
+		flags = append(flags, outFlags[i]...)
 	}
-	return exs, stats, nil
+	return exs, flags, stats, nil
 }
 
 const flagDropped uint8 = 1 << 7

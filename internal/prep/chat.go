@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -48,12 +49,12 @@ func detectFormat(ctx context.Context, files []string) string {
 	return FormatAlpaca
 }
 
-// chatLoaded is what a chat run read and resolved.
+// chatLoaded is what a chat run (or a part) read and resolved.
 type chatLoaded struct {
 	convs   []dataset.Conversation
-	samples []int64  // the global record index of each conversation
+	samples []int64  // the record index of each conversation (a part's: within the part)
 	files   []string // each conversation's file
-	locals  []int64  // its record index within the file
+	locals  []int64  // its record index within the file (a byte range's: within the range)
 	skipped int64
 	input   string
 	format  string
@@ -65,11 +66,22 @@ type chatLoaded struct {
 	date    string
 	enc     *encode.ChatEncoder
 	tokInfo shard.TokenizerInfo
+	// a part's: every input file with its size, and what the part read
+	sizes  []int64
+	pieces []dataset.PieceResult
 }
 
-// loadChat reads the conversations of c.Inputs and loads the tokenizer and
-// its chat template (or c.ChatTemplate).
-func loadChat(ctx context.Context, c *Config, files []string) (*chatLoaded, error) {
+// chatInfo is the manifest's record of the template and date.
+func (in *chatLoaded) chatInfo() *shard.ChatInfo {
+	return &shard.ChatInfo{TemplateSHA256: encode.TemplateSHA256(in.text), Date: in.date}
+}
+
+// loadChat reads the conversations of files (part i of n's share of them
+// when n > 0) and loads the tokenizer and its chat template (or
+// c.ChatTemplate). MaxRecords keeps the records (bad ones included) whose
+// index is below it, as for Alpaca records: a part, those of its own
+// records (Commit cuts the rest).
+func loadChat(ctx context.Context, c *Config, files []string, i, n int) (*chatLoaded, error) {
 	in := &chatLoaded{input: strings.Join(files, ", ")}
 	prog := c.Progress
 	var badCount atomic.Int64
@@ -85,31 +97,73 @@ func loadChat(ctx context.Context, c *Config, files []string) (*chatLoaded, erro
 	}
 	prog.Phase("read", 0)
 	var formats []string
-	var base int64
-	for _, f := range files {
-		res, err := dataset.ReadChat(ctx, f, opt)
-		if err != nil {
-			return nil, err
+	add := func(res *dataset.ChatResult, f func(k int) (string, int64), base int64) {
+		for k := range res.Records {
+			file, local := f(k)
+			in.convs = append(in.convs, res.Records[k])
+			in.samples = append(in.samples, base+res.Samples[k])
+			in.locals = append(in.locals, local)
+			in.files = append(in.files, file)
 		}
-		for i := range res.Records {
-			in.convs = append(in.convs, res.Records[i])
-			in.samples = append(in.samples, base+res.Samples[i])
-			in.locals = append(in.locals, res.Samples[i])
-			in.files = append(in.files, f)
-		}
-		base += res.Skipped + int64(len(res.Records))
 		in.skipped += res.Skipped
 		in.bytes += res.Bytes
 		in.raw += res.RawBytes
-		formats = append(formats, string(res.Format))
-		if c.MaxRecords > 0 && int64(len(in.convs)) >= c.MaxRecords {
-			break
+		if !slices.Contains(formats, string(res.Format)) {
+			formats = append(formats, string(res.Format))
+		}
+	}
+	if n == 0 {
+		var base int64
+		for _, f := range files {
+			res, err := dataset.ReadChat(ctx, f, opt)
+			if err != nil {
+				return nil, err
+			}
+			add(res, func(k int) (string, int64) { return f, res.Samples[k] }, base)
+			base += res.Skipped + int64(len(res.Records))
+		}
+		if m := c.MaxRecords; m > 0 {
+			if base < m {
+				return nil, errTooFewRecords(m, in.input, base)
+			}
+			keep := headSamples(in.samples, m)
+			in.convs, in.samples, in.locals, in.files = in.convs[:keep], in.samples[:keep], in.locals[:keep], in.files[:keep]
+			in.skipped = m - int64(keep)
+		}
+	} else {
+		pieces, sizes, err := dataset.Share(ctx, files, i, n)
+		if err != nil {
+			return nil, err
+		}
+		res, per, err := dataset.ReadChatPieces(ctx, pieces, opt)
+		if err != nil {
+			return nil, err
+		}
+		in.sizes, in.pieces = sizes, per
+		// record s of the part is in the piece whose records hold it
+		starts := make([]int64, len(per)+1)
+		for k, pr := range per {
+			starts[k+1] = starts[k] + pr.Records
+		}
+		add(res, func(k int) (string, int64) {
+			s := res.Samples[k]
+			j, found := slices.BinarySearch(starts, s)
+			if !found {
+				j--
+			}
+			for per[j].Records == 0 { // an empty piece starts where the next does
+				j++
+			}
+			return per[j].File, s - starts[j]
+		}, 0)
+		if m := c.MaxRecords; m > 0 {
+			keep := headSamples(in.samples, m)
+			in.convs, in.samples, in.locals, in.files = in.convs[:keep], in.samples[:keep], in.locals[:keep], in.files[:keep]
 		}
 	}
 	in.format = strings.Join(formats, "+")
-	if c.MaxRecords > 0 && int64(len(in.convs)) > c.MaxRecords {
-		n := c.MaxRecords
-		in.convs, in.samples, in.locals, in.files = in.convs[:n], in.samples[:n], in.locals[:n], in.files[:n]
+	if k := badCount.Load(); k > 5 {
+		prog.Logf("skipped %d bad records in all (first 5 shown)", k)
 	}
 	tok, err := c.LoadTokenizer(c.Tokenizer)
 	if err != nil {
@@ -170,9 +224,15 @@ func loadChat(ctx context.Context, c *Config, files []string) (*chatLoaded, erro
 	return in, nil
 }
 
+// headSamples returns how many of the ascending samples are below n.
+func headSamples(samples []int64, n int64) int {
+	keep, _ := slices.BinarySearch(samples, n)
+	return keep
+}
+
 // runChat is Run for chat-format input.
 func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Result, error) {
-	in, err := loadChat(ctx, &c, files)
+	in, err := loadChat(ctx, &c, files, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +251,7 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 			return nil
 		}
 	}
-	exs, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
+	exs, _, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +266,7 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 	skipped := in.skipped + st.Skipped
 	m, err := writeShards(ctx, &c, &shardInput{
 		exs: exs, tmpl: &dataset.Template{Name: in.name, Text: in.text}, tok: in.tokInfo, input: in.input,
-		chat: &shard.ChatInfo{TemplateSHA256: encode.TemplateSHA256(in.text), Date: in.date},
+		chat: in.chatInfo(),
 		stats: shard.Stats{
 			RecordsRead:      int64(len(in.convs)) + in.skipped,
 			RecordsSkipped:   skipped,
@@ -223,4 +283,30 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 	}
 	return &Result{Manifest: m, Format: "chat " + in.format, InputBytes: in.raw, Bytes: in.bytes,
 		Read: tRead.Sub(t0), Tokenize: tTok.Sub(tRead), Write: time.Since(tTok)}, nil
+}
+
+// encodeChatPart reads and tokenizes part p's share of chat data.
+func encodeChatPart(ctx context.Context, c *Config, files []string, p Part) (*partEncoded, error) {
+	in, err := loadChat(ctx, c, files, p.I, p.N)
+	if err != nil {
+		return nil, err
+	}
+	c.Progress.Phase("tokenize", int64(len(in.convs)))
+	var onBad func(*dataset.RecordError) error
+	if c.SkipBad {
+		n := 0
+		onBad = func(e *dataset.RecordError) error {
+			if n++; n <= 5 {
+				c.Progress.Logf("skipped: %v", e)
+			}
+			return nil
+		}
+	}
+	exs, flags, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
+	if err != nil {
+		return nil, err
+	}
+	return &partEncoded{exs: exs, flags: flags, tokInfo: in.tokInfo, options: partOptions(c, in.name, in.text, in.chatInfo()),
+		files: files, sizes: in.sizes, pieces: in.pieces, skipped: st.Skipped, truncated: st.Truncated, split: st.Split,
+		dropped: st.DroppedSamples, rawBytes: in.raw, bytes: in.bytes}, nil
 }

@@ -3,6 +3,7 @@ package prep
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,5 +253,123 @@ func TestChatSplitLong(t *testing.T) {
 				t.Errorf("a trained run %q is not one whole reply", run)
 			}
 		}
+	}
+}
+
+// chatSplitInput writes a JSON Lines file of n varied conversations (every
+// 7th one long, every 11th one bad: no assistant message) into dir and
+// returns it with a compressed ShareGPT file after it, which a split run
+// reads whole.
+func chatSplitInput(t *testing.T, dir string, n int) []string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		switch {
+		case i%11 == 5:
+			fmt.Fprintf(&b, `{"messages": [{"role": "user", "content": "lonely %d"}]}`+"\n", i)
+		case i%7 == 3:
+			fmt.Fprintf(&b, `{"messages": [{"role": "user", "content": "%s"}, {"role": "assistant", "content": "%s"}, {"role": "user", "content": "more %d"}, {"role": "assistant", "content": "ok %d"}]}`+"\n",
+				strings.Repeat("tell me a long story ", 20+i%5), strings.Repeat("once upon a time ", 15), i, i)
+		default:
+			fmt.Fprintf(&b, `{"messages": [{"role": "system", "content": "Be brief (%d)."}, {"role": "user", "content": "What is %d + %d?"}, {"role": "assistant", "content": "%d."}]}`+"\n",
+				i, i, i, 2*i)
+		}
+	}
+	p := filepath.Join(dir, "chats.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{p, filepath.Join("..", "..", "testdata", "chat", "fastchat-dummy", "dummy_conversation.json.zst")}
+}
+
+// TestChatSplitIdentical: a split run of chat data (RunPart for every
+// part, in any order, then Commit) gives Run's bytes, loss labels, stats
+// (skipped, truncated, dropped, split) and --max-records cut included.
+func TestChatSplitIdentical(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		parts int
+		mess  func(c *Config)
+	}{
+		{"pad skip drop", 3, func(c *Config) { c.Layout.SeqLen = 128; c.SkipBad = true }},
+		{"pack split-long", 4, func(c *Config) {
+			c.Layout.Mode, c.Layout.SeqLen, c.SplitLong, c.SkipBad = shard.ModePack, 96, true, true
+		}},
+		{"max-records last-assistant", 5, func(c *Config) {
+			c.Layout.SeqLen, c.SkipBad, c.MaxRecords, c.Layout.Labels = 128, true, 150, shard.LabelsLastAssistant
+		}},
+		{"labels all", 2, func(c *Config) {
+			c.Layout.Mode, c.Layout.SeqLen, c.Layout.Labels, c.SkipBad = shard.ModePack, 512, shard.LabelsAll, true
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := Config{
+				Inputs: chatSplitInput(t, dir, 300), Tokenizer: qwenDir, Date: "2026-07-26",
+				Layout: shard.Layout{SeqLen: 256, Mode: shard.ModePad},
+				Ranks:  3, Seed: 7, Workers: 2,
+			}
+			tc.mess(&c)
+			ref, split := filepath.Join(dir, "ref"), filepath.Join(dir, "split")
+			c.Out = ref
+			res, err := Run(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Out = split
+			ranged := false
+			for i := tc.parts - 1; i >= 0; i-- {
+				pr, err := RunPart(ctx, c, Part{I: i, N: tc.parts})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pr.Manifest.Options.Chat == nil || pr.Manifest.Options.Chat.Date != "2026-07-26" {
+					t.Fatalf("part %d options %+v: want the chat template and date", i, pr.Manifest.Options)
+				}
+				for _, pc := range pr.Manifest.Share {
+					ranged = ranged || pc.Off > 0
+				}
+			}
+			if !ranged {
+				t.Fatal("no part read a byte range: the test does not split the JSON Lines file")
+			}
+			cres, err := Commit(ctx, CommitConfig{Out: split, Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameDir(t, ref, split)
+			st := res.Manifest.Stats
+			if st.RecordsSkipped == 0 || (c.SplitLong && st.RecordsSplit == 0) || (!c.SplitLong && c.Layout.Labels != shard.LabelsAll && st.RecordsDropped == 0) {
+				t.Errorf("stats %+v: the case does not exercise what it names", st)
+			}
+			if res.Format != cres.Format || res.InputBytes != cres.InputBytes || res.Bytes != cres.Bytes {
+				t.Errorf("commit read %s %d/%d bytes, the single run %s %d/%d", cres.Format, cres.InputBytes, cres.Bytes,
+					res.Format, res.InputBytes, res.Bytes)
+			}
+		})
+	}
+}
+
+// TestChatSplitOptionsDiffer: parts made with a different chat template
+// date do not commit, and the error names the part and the options.
+func TestChatSplitOptionsDiffer(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c := Config{
+		Inputs: chatSplitInput(t, dir, 100), Tokenizer: qwenDir, Date: "2026-07-26",
+		Layout: shard.Layout{SeqLen: 256, Mode: shard.ModePad}, SkipBad: true,
+		Ranks: 1, Workers: 2, Out: filepath.Join(dir, "out"),
+	}
+	if _, err := RunPart(ctx, c, Part{I: 0, N: 2}); err != nil {
+		t.Fatal(err)
+	}
+	c.Date = "2026-07-27"
+	if _, err := RunPart(ctx, c, Part{I: 1, N: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Commit(ctx, CommitConfig{Out: c.Out})
+	if err == nil || !strings.Contains(err.Error(), "part 1/2") || !strings.Contains(err.Error(), `"date":"2026-07-27"`) {
+		t.Fatalf("commit: %v, want part 1/2's options named", err)
 	}
 }

@@ -290,6 +290,9 @@ func (ps *partSet) format() string {
 			}
 		}
 	}
+	if ps.ms[0].Options.Chat != nil {
+		return "chat " + strings.Join(fs, "+")
+	}
 	return strings.Join(fs, "+")
 }
 
@@ -299,13 +302,18 @@ func (ps *partSet) format() string {
 func (ps *partSet) assemble() (*shardInput, error) {
 	m0 := ps.ms[0]
 	o := m0.Options
-	var total, skipped, truncated, split int64
+	var total, skipped, truncated, split, dropped int64
+	var droppedAt []int64 // the dropped chat conversations' global samples
 	n := 0
 	for _, m := range ps.ms {
+		for _, s := range m.Dropped {
+			droppedAt = append(droppedAt, total+s)
+		}
 		total += m.Records
 		skipped += m.RecordsSkipped
 		truncated += m.RecordsTruncated
 		split += m.RecordsSplit
+		dropped += m.RecordsDropped
 		n += int(m.Examples)
 	}
 	var input []string
@@ -317,6 +325,7 @@ func (ps *partSet) assemble() (*shardInput, error) {
 		tok:       m0.Tokenizer,
 		input:     strings.Join(input, ", "),
 		createdBy: m0.CreatedBy,
+		chat:      o.Chat,
 	}
 	if o.MaxRecords > total {
 		return nil, errTooFewRecords(o.MaxRecords, in.input, total)
@@ -333,14 +342,19 @@ func (ps *partSet) assemble() (*shardInput, error) {
 		read = o.MaxRecords
 		var kept int64
 		exs, _, kept, truncated, split = headExamples(exs, flags, o.MaxRecords)
-		skipped = o.MaxRecords - kept
+		// a dropped conversation has no example: it counts as truncated,
+		// not as kept or skipped
+		dropped = int64(headSamples(droppedAt, o.MaxRecords))
+		truncated += dropped
+		skipped = o.MaxRecords - kept - dropped
 	}
 	if len(exs) == 0 {
 		return nil, fmt.Errorf("%s: no usable records (%d skipped)", in.input, skipped)
 	}
 	in.exs = exs
 	in.stats = shard.Stats{
-		RecordsRead: read, RecordsSkipped: skipped, RecordsTruncated: truncated, RecordsSplit: split, InputBytes: ps.rawBytes,
+		RecordsRead: read, RecordsSkipped: skipped, RecordsTruncated: truncated, RecordsSplit: split, RecordsDropped: dropped,
+		InputBytes: ps.rawBytes,
 	}
 	return in, nil
 }

@@ -47,9 +47,6 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 	if err := c.resolveFormat(ctx, files); err != nil {
 		return nil, err
 	}
-	if c.Format == FormatChat {
-		return nil, configErr("--part: split runs of chat data are not implemented yet; run dataprep --format chat in one piece")
-	}
 	if p.Loc == "" {
 		p.Loc = storage.Join(c.Out, "parts")
 	}
@@ -61,16 +58,16 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 	if err := storage.Remove(ctx, storage.Join(p.Loc, shard.PartManifestName(p.I, p.N))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	in, err := load(ctx, &c, p.I, p.N)
+	var pe *partEncoded
+	if c.Format == FormatChat {
+		pe, err = encodeChatPart(ctx, &c, files, p)
+	} else {
+		pe, err = encodePart(ctx, &c, p)
+	}
 	if err != nil {
 		return nil, err
 	}
-	res := in.res
-	c.Progress.Phase("tokenize", int64(len(res.Records)))
-	exs, flags, st, err := in.enc.EncodeRecordsFlags(ctx, res.Records, res.Samples, c.Workers, func(n int) { c.Progress.Add(int64(n)) })
-	if err != nil {
-		return nil, err
-	}
+	exs, flags := pe.exs, pe.flags
 
 	c.Progress.Phase("write", 0)
 	if err := storage.MakeDir(p.Loc); err != nil {
@@ -88,16 +85,17 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 	}
 	m := &shard.PartManifest{
 		Format: shard.PartFormatName, Version: shard.PartFormatVersion, Part: p.I, Parts: p.N,
-		CreatedBy: createdBy(), Tokenizer: in.tokInfo, Options: partOptions(&c, in),
-		RecordsTruncated: st.Truncated, RecordsSplit: st.Split,
-		Examples: int64(len(exs)), Tokens: tokens, InputBytes: res.RawBytes, Bytes: res.Bytes,
+		CreatedBy: createdBy(), Tokenizer: pe.tokInfo, Options: pe.options,
+		RecordsSkipped: pe.skipped, RecordsTruncated: pe.truncated, RecordsSplit: pe.split,
+		RecordsDropped: int64(len(pe.dropped)), Dropped: pe.dropped,
+		Examples: int64(len(exs)), Tokens: tokens, InputBytes: pe.rawBytes, Bytes: pe.bytes,
 		File: shard.PartFileEntry{Path: name, Bytes: size, SHA256: sum},
 	}
-	for i, f := range in.files {
-		m.Inputs = append(m.Inputs, shard.PartInput{File: f, Size: in.sizes[i]})
+	for i, f := range pe.files {
+		m.Inputs = append(m.Inputs, shard.PartInput{File: f, Size: pe.sizes[i]})
 	}
 	m.Share = []shard.PartPiece{}
-	for _, pc := range in.pieces {
+	for _, pc := range pe.pieces {
 		m.Share = append(m.Share, shard.PartPiece{File: pc.File, Size: pc.Size, Off: pc.Off, End: pc.End, Format: string(pc.Format),
 			Records: pc.Records, Skipped: pc.Skipped})
 		m.Records += pc.Records
@@ -113,6 +111,42 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 		return nil, fmt.Errorf("part %d/%d: %s: %w", p.I, p.N, mname, err)
 	}
 	return &PartResult{Manifest: m, PartsLoc: p.Loc, Loc: floc}, nil
+}
+
+// partEncoded is what a part tokenized of its share, and what its part
+// manifest records besides the file.
+type partEncoded struct {
+	exs     []shard.Example
+	flags   []uint8
+	tokInfo shard.TokenizerInfo
+	options shard.PartOptions
+	// the whole input's files and sizes, and what the part read of them
+	files  []string
+	sizes  []int64
+	pieces []dataset.PieceResult
+	// records skipped besides the pieces' bad records (chat conversations
+	// the encoder found bad), truncated, split, and the local indices of
+	// the dropped ones (chat)
+	skipped, truncated, split int64
+	dropped                   []int64
+	rawBytes, bytes           int64
+}
+
+// encodePart reads and tokenizes part p's share of Alpaca records.
+func encodePart(ctx context.Context, c *Config, p Part) (*partEncoded, error) {
+	in, err := load(ctx, c, p.I, p.N)
+	if err != nil {
+		return nil, err
+	}
+	res := in.res
+	c.Progress.Phase("tokenize", int64(len(res.Records)))
+	exs, flags, st, err := in.enc.EncodeRecordsFlags(ctx, res.Records, res.Samples, c.Workers, func(n int) { c.Progress.Add(int64(n)) })
+	if err != nil {
+		return nil, err
+	}
+	return &partEncoded{exs: exs, flags: flags, tokInfo: in.tokInfo, options: partOptions(c, in.tmpl.Name, in.tmpl.Text, nil),
+		files: in.files, sizes: in.sizes, pieces: in.pieces, truncated: st.Truncated, split: st.Split,
+		rawBytes: res.RawBytes, bytes: res.Bytes}, nil
 }
 
 // writePartFile writes the part file loc atomically (storage.Create: temp
@@ -139,13 +173,15 @@ func writePartFile(ctx context.Context, loc string, exs []shard.Example, flags [
 
 // partOptions are the options of c that decide the output: every part of
 // one run must have the same, and Commit lays the parts out with them.
-func partOptions(c *Config, in *loaded) shard.PartOptions {
+// For chat data, template and template_text are the chat template's name
+// and source, and chat its SHA-256 and the date.
+func partOptions(c *Config, template, text string, chat *shard.ChatInfo) shard.PartOptions {
 	l := c.Layout
 	l.PadID = 0 // the tokenizer's, stored with it
 	return shard.PartOptions{
-		Layout: l, Template: in.tmpl.Name, TemplateText: in.tmpl.Text,
+		Layout: l, Template: template, TemplateText: text,
 		NoSpecial: c.NoSpecial, SplitLong: c.SplitLong, MaxRecords: c.MaxRecords, Seed: c.Seed, Ranks: c.Ranks,
-		DropLast: c.DropLast, BatchRows: c.BatchRows, OnBadRecord: c.onBadRecord(),
+		DropLast: c.DropLast, BatchRows: c.BatchRows, OnBadRecord: c.onBadRecord(), Chat: chat,
 	}
 }
 
