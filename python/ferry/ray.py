@@ -257,7 +257,11 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
         **options: dataprep flags by name: ``tokenizer=``, ``seq_len=``,
             ``ranks=``, ``mode=``, ``labels=``, ``seed=``, ``eos=``,
             ``split_long=True``, ``force=True``... (``force`` goes to the
-            commit too).
+            commit too). Chat data takes ``format="chat"``,
+            ``labels="assistant"`` (or another chat policy),
+            ``chat_template=`` and ``date="YYYY-MM-DD"``: give ``date``, or
+            parts that run on different days (or in other time zones)
+            render different dates, and commit refuses them.
 
     Raises:
         PartError: a part failed ``max_retries + 1`` times (or with a

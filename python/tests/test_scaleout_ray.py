@@ -443,3 +443,36 @@ def test_usage_error_fails_at_once_with_the_stderr_tail(cluster, inputs, tmp_pat
     assert "--seq-len 0" in str(e.value) and "usage error" in str(e.value)
     assert not os.path.exists(os.path.join(out, "manifest.json"))
     print(f"usage error reported in {time.monotonic() - t0:.1f} s")
+
+
+CHAT_REASON = os.path.join(REPO, "testdata", "chat", "llamafactory-reason", "reason_tool_use_demo_50.jsonl.zst")
+CHAT_DUMMY = os.path.join(REPO, "testdata", "chat", "fastchat-dummy", "dummy_conversation.json.zst")
+CHAT_FLAGS = dict(tokenizer=TOKENIZER, seq_len=1024, ranks=3, mode="pad", format="chat", labels="assistant",
+                  date="2026-07-26", seed=7, on_bad_record="skip")
+
+
+@e2e
+def test_chat_data(cluster, dataprep, tmp_path):
+    """Chat data (issue 27): plain JSON Lines the parts cut between records
+    (some conversations long enough to be truncated or dropped at seq_len)
+    and a compressed ShareGPT JSON file read whole, split in 3 parts with
+    the chat template's date pinned: the same bytes as one dataprep run,
+    loss labels and records_dropped included."""
+    d = tmp_path / "chat"
+    d.mkdir()
+    reason = subprocess.run(["zstd", "-dcq", CHAT_REASON], check=True, capture_output=True).stdout
+    (d / "a-reason-x4.jsonl").write_bytes(reason * 4)
+    shutil.copy(CHAT_DUMMY, d / "b-dummy.json.zst")
+    files = [str(d / n) for n in sorted(os.listdir(d))]
+    out, single = str(tmp_path / "out"), str(tmp_path / "single")
+    s = ferry.ray.prepare(files, out, parts=3, progress=False, **CHAT_FLAGS)
+    assert [r["attempts"] for r in s["part_runs"]] == [1] * 3
+    shares = [json.load(open(os.path.join(out, "parts", f"part-0000{i}-of-00003.json")))["share"] for i in range(3)]
+    assert any(p["off"] > 0 for sh in shares for p in sh), shares  # a part read a byte range of the JSON Lines
+    r = subprocess.run([dataprep, *[a for f in files for a in ("--input", f)], *flag_args(CHAT_FLAGS), "--out", single,
+                        "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert_same_output(out, single)
+    m = json.load(open(os.path.join(single, "manifest.json")))
+    assert m["chat"]["date"] == "2026-07-26" and m["labels"] == "assistant", m
+    assert m["stats"]["records_dropped"] > 0 and m["stats"]["records_truncated"] > m["stats"]["records_dropped"], m["stats"]
