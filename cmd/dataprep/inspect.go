@@ -11,9 +11,9 @@ import (
 	"strings"
 
 	"github.com/ferryml/ferry/internal/cli"
+	"github.com/ferryml/ferry/internal/prep"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
-	"github.com/ferryml/ferry/tokenize"
 )
 
 const inspectUsage = `usage: dataprep inspect DIR [--rank R --row N] [--tokenizer PATH] [--verify] [--json]
@@ -70,12 +70,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		printManifest(stdout, dir, m)
 	}
 	if *verify {
-		for r := range m.Ranks {
-			_, rd, err := shard.OpenDir(dir, r, shard.WithChecksum())
-			if err != nil {
-				return err
-			}
-			rd.Close()
+		if err := prep.Verify(dir, m); err != nil {
+			return err
 		}
 		fmt.Fprintf(stdout, "verify: %d shards match the manifest (size, structure, sha256)\n", m.Ranks)
 	}
@@ -91,57 +87,35 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := rd.Row(*row, &r); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	var tok *tokenize.Tokenizer
-	p := *tokPath
-	if p == "" {
-		p = m.Tokenizer.Path
-	}
-	if p != "" {
-		if t, err := loadTokenizer(p); err == nil && (t.SHA256() == m.Tokenizer.SHA256 || *tokPath != "") {
-			tok = t
-		} else if *tokPath != "" {
-			return err
-		}
+	tok, err := prep.InspectTokenizer(m, *tokPath, loadTokenizer)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "\nrank %d row %d (global position %d): length %d of %d, %d segment(s)\n",
 		*rank, *row, *row*m.Ranks+*rank, r.Length, m.SeqLen, len(r.Segments))
-	for _, s := range r.Segments {
+	for _, s := range prep.DescribeRow(&r, m, tok) {
 		fmt.Fprintf(stdout, "  sample %d: tokens [%d, %d)\n", s.Sample, s.Start, s.Start+s.Length)
-		ids := r.InputIDs[s.Start : s.Start+s.Length]
-		loss := 0
-		for _, l := range r.Labels[s.Start : s.Start+s.Length] {
-			if l != shard.IgnoreIndex {
-				loss++
-			}
-		}
-		fmt.Fprintf(stdout, "    ids     %s\n", idsPreview(ids))
-		fmt.Fprintf(stdout, "    labels  %d of %d tokens carry loss\n", loss, len(ids))
-		if tok != nil && m.Labels.IsChat() {
+		fmt.Fprintf(stdout, "    ids     %s\n", idsPreview(s.IDs))
+		fmt.Fprintf(stdout, "    labels  %d of %d tokens carry loss\n", s.Loss, len(s.IDs))
+		if s.Chat {
+			// chat rows: the trained spans marked, in green on a terminal
 			color := cli.IsTerminal(stdout)
-			// chat rows: turns (end-of-turn runs) and the trained spans marked
-			lab := r.Labels[s.Start : s.Start+s.Length]
 			var b strings.Builder
 			runs := 0
-			for j := 0; j < len(ids); {
-				k := j
-				for k < len(ids) && (lab[k] != shard.IgnoreIndex) == (lab[j] != shard.IgnoreIndex) {
-					k++
+			for _, sp := range s.Spans {
+				switch {
+				case !sp.Trained:
+					b.WriteString(sp.Text)
+				case color:
+					b.WriteString("\x1b[1;32m" + sp.Text + "\x1b[0m")
+				default:
+					b.WriteString("[[" + sp.Text + "]]")
 				}
-				piece := tok.Decode(ids[j:k], false)
-				if lab[j] != shard.IgnoreIndex {
+				if sp.Trained {
 					runs++
-					if color {
-						b.WriteString("\x1b[1;32m" + piece + "\x1b[0m")
-					} else {
-						b.WriteString("[[" + piece + "]]")
-					}
-				} else {
-					b.WriteString(piece)
 				}
-				j = k
 			}
-			truncated := s.Length == int32(m.SeqLen)
-			fmt.Fprintf(stdout, "    trained %d span(s), %d tokens; truncated: %v\n", runs, loss, truncated)
+			fmt.Fprintf(stdout, "    trained %d span(s), %d tokens; truncated: %v\n", runs, s.Loss, s.Truncated)
 			how := "in [[ ]]"
 			if color {
 				how = "in green"
@@ -150,7 +124,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			continue
 		}
 		if tok != nil {
-			text := tok.Decode(ids, false)
+			text := s.Text
 			if r := []rune(text); len(r) > 300 && !*full {
 				text = string(r[:200]) + " … " + string(r[len(r)-80:])
 			}
