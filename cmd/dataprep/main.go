@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -64,4 +65,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 	}
 	return runPrep(ctx, args, stdout, stderr)
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

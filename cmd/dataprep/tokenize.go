@@ -85,12 +85,6 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*prep.TokenizeConfig, 
 	return c, nil
 }
 
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // runTokenize is `dataprep tokenize`.
 func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c, err := parseTokenizeFlags(args, stderr)

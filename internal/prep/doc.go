@@ -11,6 +11,16 @@
 //	         (shard.PartManifest.OpenFile) -> check the tiling -> assemble ->
 //	         writeShards
 //
+// and the other dataprep subcommands' passes:
+//
+//	Tokenize  dataprep tokenize: texts or Alpaca records -> {"ids": [...]}
+//	          lines (IDs, the contract of bench/anchors/hf_tokenize.py)
+//	Render    dataprep render: conversations -> the chat template's text and
+//	          its ids, one JSON line per record
+//	Verify, InspectTokenizer, DescribeRow
+//	          dataprep inspect: a shard directory's checks and one row's
+//	          segments, decoded
+//
 // The split-run contract lives here and in shard: Run and Commit lay the
 // examples out through one function (writeShards), so that a committed
 // split run is byte-identical to a single run with the same inputs and

@@ -178,7 +178,7 @@ func (e *env) goBuild(pkg string) (string, string) {
 	}
 	out := filepath.Join(e.bin, name)
 	if _, err := os.Stat(filepath.Join(pkg)); err != nil {
-		e.built[pkg], e.why[pkg] = "", fmt.Sprintf("./%s does not exist yet", pkg)
+		e.built[pkg], e.why[pkg] = "", fmt.Sprintf("./%s does not exist (run from the repository root)", pkg)
 		return "", e.why[pkg]
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Minute)

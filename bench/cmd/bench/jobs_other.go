@@ -55,14 +55,14 @@ func feedJobs(e *env) ([]harness.Job, []string) {
 	case e.torch() != "":
 		direct.Unavailable = e.torch()
 	case !exists("python/bench_feed.py"):
-		direct.Unavailable = "python/bench_feed.py does not exist yet"
+		direct.Unavailable = "python/bench_feed.py does not exist (run from the repository root)"
 	}
 	serve, why := e.goBuild("cmd/ferry-serve")
 	switch {
 	case e.torch() != "":
 		daemon.Unavailable = e.torch()
 	case !exists("python/bench_serve.py"):
-		daemon.Unavailable = "python/bench_serve.py does not exist yet"
+		daemon.Unavailable = "python/bench_serve.py does not exist (run from the repository root)"
 	case why != "":
 		daemon.Unavailable = why
 	default:
@@ -250,7 +250,7 @@ func storageJobs(e *env) ([]harness.Job, []string) {
 		})
 	}
 	if entries, _ := os.ReadDir("bench/storagebench"); len(entries) == 0 {
-		return unavailable(jobs, "bench/storagebench does not exist yet"), nil
+		return unavailable(jobs, "bench/storagebench does not exist (run from the repository root)"), nil
 	}
 	sb, why := e.goBuild("bench/storagebench")
 	if why != "" {
