@@ -62,9 +62,11 @@ type Manifest struct {
 // (docs/mixtures.md). Tokens count the source's examples in the unique
 // rows (before drop_last and wrap-around), as stats.tokens does.
 type SourceInfo struct {
-	Name   string `json:"name"`
-	Format string `json:"format"` // alpaca or chat
-	Input  string `json:"input"`  // the files read, in order
+	Name     string `json:"name"`
+	Format   string `json:"format"`   // alpaca or chat
+	Input    string `json:"input"`    // the files read, in order
+	Labels   Labels `json:"labels"`   // the source's labels policy
+	Template string `json:"template"` // the name of its (prompt or chat) template
 	// Weight (a share of the output's tokens, as the recipe gives it) or
 	// Repeat (epochs of the source): exactly one is set.
 	Weight *float64 `json:"weight,omitempty"`

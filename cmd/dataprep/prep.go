@@ -21,6 +21,7 @@ import (
 )
 
 const prepUsage = `usage: dataprep --input FILE [--input FILE...] --tokenizer PATH --out DIR [flags]
+       dataprep --recipe MIX.yaml --tokenizer PATH --out DIR [flags]   (a mixture: docs/mixtures.md)
        dataprep --part I/N [the same flags] [--parts LOC]   (one part of a split run)
        dataprep commit DIR [--parts LOC] [--force] [--json]  (see dataprep commit --help)
        dataprep inspect DIR [--rank R --row N]
@@ -116,6 +117,7 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 	var inputs inputList
 	var mode, labels, eos, pad, onBad string
 	fs.Var(&inputs, "input", "input `file`: path or s3://bucket/key, or a glob of several (*, ?, [...]); repeat for more files, read in the order given (required)")
+	fs.StringVar(&c.Recipe, "recipe", "", "a mixture's recipe `file` (YAML or JSON) instead of --input: sources, each with its inputs, format and weight (a share of the output's tokens) or repeat (epochs); see docs/mixtures.md")
 	fs.StringVar(&c.Tokenizer, "tokenizer", "", "tokenizer.json, tokenizer.json.zst or a model `directory` (required)")
 	fs.StringVar(&c.Out, "out", "", "output `directory` or s3:// prefix (required)")
 	fs.IntVar(&c.Layout.SeqLen, "seq-len", 1024, "tokens per row (HF max_length)")
@@ -229,6 +231,8 @@ type summary struct {
 	ReadSeconds      float64 `json:"read_s"`     // read + parse the input, load the tokenizer (overlapped)
 	TokenizeSeconds  float64 `json:"tokenize_s"` // format + tokenize
 	WriteSeconds     float64 `json:"write_s"`    // pack, shuffle, write, verify, manifest
+	// Sources are a mixture's (--recipe), as the manifest gives them.
+	Sources []shard.SourceInfo `json:"sources,omitempty"`
 }
 
 func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -301,6 +305,7 @@ func newSummary(out string, workers int, res *prep.Result, secs float64) summary
 		RecordsSplit: m.Stats.RecordsSplit, RecordsDropped: m.Stats.RecordsDropped, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
 		InputBytes: res.InputBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(res.Bytes) / 1e6 / secs, Workers: workers,
 		ReadSeconds: res.Read.Seconds(), TokenizeSeconds: res.Tokenize.Seconds(), WriteSeconds: res.Write.Seconds(),
+		Sources: m.Sources,
 	}
 }
 
@@ -332,6 +337,10 @@ func printSummary(w io.Writer, s *summary, m *shard.Manifest) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  tokens    %d (+%d pad), %s %.1f%%\n", s.Tokens, s.PadTokens, effName, 100*s.Efficiency)
+	for i, src := range s.Sources {
+		fmt.Fprintf(w, "  source %d  %s (%s): %d records read, %d used %.2f times on average, %d tokens, share %.4f (asked %.4f)\n",
+			i, src.Name, src.Format, src.RecordsRead, src.RecordsUsed, src.Repeats, src.Tokens, src.Share, src.ShareAsked)
+	}
 	extra := ""
 	if m.Stats.RowsRepeated > 0 {
 		extra = fmt.Sprintf(", %d repeated to even out ranks", m.Stats.RowsRepeated)

@@ -31,8 +31,13 @@ func configErr(format string, a ...any) error {
 // them, so that Run, RunPart and Commit stay as they are.
 type Config struct {
 	// Inputs are the input files, paths or s3:// URLs, or globs of
-	// several, read in order (--input; required).
+	// several, read in order (--input; required unless Recipe).
 	Inputs []string
+	// Recipe is a mixture's recipe file (--recipe; docs/mixtures.md):
+	// sources with their own inputs, format and weight or repeat, instead
+	// of Inputs. Format, TemplateFile, ChatTemplate, ChatTemplateName and
+	// Layout.Labels are then defaults for the sources of their format.
+	Recipe string
 	// SkipBad skips bad records and counts them (--on-bad-record skip);
 	// default: the first bad record fails the run.
 	SkipBad bool
@@ -115,8 +120,12 @@ func (noProgress) Logf(string, ...any) {}
 func (c *Config) Validate() error {
 	l := c.Layout
 	switch {
-	case len(c.Inputs) == 0:
-		return configErr("--input is required")
+	case len(c.Inputs) == 0 && c.Recipe == "":
+		return configErr("--input (or --recipe) is required")
+	case len(c.Inputs) > 0 && c.Recipe != "":
+		return configErr("--input and --recipe: a recipe names its sources' inputs")
+	case c.Recipe != "" && c.MaxRecords != 0:
+		return configErr("--max-records with --recipe: give a source max_records in the recipe")
 	case c.Tokenizer == "":
 		return configErr("--tokenizer is required")
 	case c.Out == "":
@@ -145,7 +154,7 @@ func (c *Config) Validate() error {
 	default:
 		return configErr("--format %q: want alpaca or chat", c.Format)
 	}
-	if c.Format == FormatAlpaca && (l.Labels.IsChat() || c.ChatTemplate != "" || c.Date != "") {
+	if c.Format == FormatAlpaca && c.Recipe == "" && (l.Labels.IsChat() || c.ChatTemplate != "" || c.Date != "") {
 		return configErr("--labels %s, --chat-template and --date are for --format chat", l.Labels)
 	}
 	return nil

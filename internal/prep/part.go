@@ -40,6 +40,9 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 	if p.N < 1 || p.N > shard.MaxParts || p.I < 0 || p.I >= p.N {
 		return nil, configErr("--part %d/%d: want I/N with 0 <= I < N <= %d", p.I, p.N, shard.MaxParts)
 	}
+	if c.Recipe != "" {
+		return nil, configErr("--part with --recipe: split runs of mixtures are not implemented yet; run the recipe in one piece")
+	}
 	files, err := dataset.Expand(ctx, c.Inputs)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err := refuseExisting(ctx, c.Out, c.Force); err != nil {
 		return nil, err
 	}
+	if c.Recipe != "" {
+		return runMix(ctx, c, t0)
+	}
 	files, err := dataset.Expand(ctx, c.Inputs)
 	if err != nil {
 		return nil, err
@@ -84,7 +87,8 @@ type shardInput struct {
 	tok       shard.TokenizerInfo
 	chat      *shard.ChatInfo // chat input's template hash and date
 	input     string
-	stats     shard.Stats // records and input bytes; WriteDir adds the rest
+	sources   []shard.SourceInfo // a mixture's (runMix); nil for one input
+	stats     shard.Stats        // records and input bytes; WriteDir adds the rest
 	createdBy string
 	seconds   func() float64 // stats.seconds, asked just before the manifest is written
 }
@@ -116,6 +120,7 @@ func writeShards(ctx context.Context, c *Config, in *shardInput) (*shard.Manifes
 		Tokenizer: in.tok,
 		CreatedBy: in.createdBy,
 		Input:     in.input,
+		Sources:   in.sources,
 		Stats:     in.stats,
 		Progress:  func(n int) { c.Progress.Add(int64(n)) },
 		BeforeManifest: func(m *shard.Manifest) {
