@@ -22,6 +22,8 @@ Public API:
   :func:`causal_lm_loss`, :func:`loss_tokens` - HF's causal-LM loss and its
   token count, for models that are not transformers models (see
   :mod:`ferry.packing`).
+* :func:`loss_by_source` - a mixture's loss split by source (the loader's
+  ``sources=True`` ids; :mod:`ferry.mixture`, docs/mixtures.md).
 * :func:`data_dir_mismatches` - what a reused dataprep output was made for
   that a job does not want (tokenizer, seq_len, labels).
 * :class:`ShardSet`, :func:`read_manifest` - the validated manifest and the
@@ -45,6 +47,7 @@ from .errors import (CheckpointError, DaemonGone, FerryError, LoadError, Manifes
 from .hf import to_hf_dataset
 from .load import load_pretrained
 from .loader import DataLoader, Loader, to_device
+from .mixture import SourceLoss, loss_by_source, source_means
 from .order import EpochOrder
 from .packing import causal_lm_loss, check_packing, loss_tokens
 from .serve_client import ServeLoader
@@ -75,10 +78,13 @@ __all__ = [
     "ServeError",
     "ServeLoader",
     "ShardSet",
+    "SourceLoss",
     "StateError",
     "causal_lm_loss",
     "check_packing",
     "loss_tokens",
+    "loss_by_source",
+    "source_means",
     "data_dir_mismatches",
     "read_manifest",
     "resolve_dist",

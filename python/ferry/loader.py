@@ -125,6 +125,12 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
             the exact mean over the step's loss tokens (see
             :mod:`ferry.packing`). None (default): when every shard is
             readable here (a warning otherwise); True: required; False: off.
+        sources: add ``source_ids`` to every batch: an int32 (B x L) tensor
+            with each token's source, its index in the manifest's
+            ``sources`` (a mixture made with ``dataprep --recipe``; 0 for
+            data of one input), and -1 on padding. Off by default: remove
+            it before ``model(**batch)``; :func:`ferry.loss_by_source`
+            splits the loss with it (docs/mixtures.md). Not with ``serve=``.
         serve: the socket of this node's ``ferry-serve`` (``True``: the
             default socket): returns a :class:`ferry.ServeLoader` (see
             above). None, False or "" (default): this direct loader.
@@ -142,7 +148,7 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
 
     def __init__(self, path, batch_size, *, rank=None, world_size=None, shuffle=True, seed=None,
                  drop_last=False, verify="size", attention_mask=True, prefetch=True, grad_accum=1,
-                 num_items_in_batch=None, serve=None):
+                 num_items_in_batch=None, serve=None, sources=False):
         super().__init__()
         self.shards = ShardSet(path, verify=verify)
         m = self.manifest = self.shards.manifest
@@ -152,6 +158,9 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
                                drop_last=drop_last, grad_accum=grad_accum)
         self.attention_mask = bool(attention_mask)
         self.prefetch = bool(prefetch)
+        self.sources = bool(sources)
+        # source names in id order: the mixture's, or the one input's
+        self.source_names = [s["name"] for s in m.sources] or ["data"]
         self.copies = 0
         if any(b["row_start"] % self.batch_size for f in m.files for b in f["batches"]):
             warnings.warn(
@@ -180,7 +189,8 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
         shards, rows, counts = o.blocks(start + wid * W + w, len(range(wid, n, nw)), nw * W)
         get, from_numpy, pack, mask = self.shards.shard, torch.from_numpy, self._pack, self.attention_mask
         for j, u in enumerate(range(wid, n, nw)):
-            ids, labels, third, view = get(shards[j]).view(rows[j], counts[j])
+            sf = get(shards[j])
+            ids, labels, third, view = sf.view(rows[j], counts[j])
             if not view:
                 self.copies += 1
             if pack:
@@ -189,6 +199,8 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
                 batch = {"input_ids": from_numpy(ids), "attention_mask": self._mask(third), "labels": from_numpy(labels)}
             else:
                 batch = {"input_ids": from_numpy(ids), "length": from_numpy(third), "labels": from_numpy(labels)}
+            if self.sources:
+                batch["source_ids"] = from_numpy(sf.source_ids(rows[j], counts[j]))
             sched.extras(batch, third, pack, epoch, start, p0, ws0, u)
             # Advance before yielding: state_dict() taken while the caller
             # holds batch u resumes at batch u+1.

@@ -556,6 +556,42 @@ class ShardFile:
         return [(int(sample[j]), int(start[j]), int(length[j]), 0 if src is None else int(src[j]))
                 for j in range(lo, hi)]
 
+    def source_ids(self, row, rows):
+        """Each token's source for shard rows [row, row+rows): an int32
+        (rows, seq_len) array holding the segment's source (its index in
+        the manifest's ``sources``; 0 in a version 1 shard) on the tokens
+        of every segment and -1 on padding. A copy, built from the small
+        segment columns."""
+        L = self._L
+        out = np.full((rows, L), -1, np.int32)
+        r, end = row, row + rows
+        while r < end:
+            k, i = self.locate(r)
+            b = self._batches[k]
+            n, bufs = b["rows"], b["buffers"]
+            take = min(n - i, end - r)
+            offs = self._arr(bufs["segments.offsets"], np.int32, n + 1)
+            nseg = int(offs[n])
+            caps = [bufs[c]["length"] // 4 for c in ("segments.start", "segments.length", "segments.source") if c in bufs]
+            if not 0 <= int(offs[i]) <= int(offs[i + take]) <= nseg or any(nseg > c for c in caps):
+                raise ShardError(f"{self.path}: record batch {k} (byte {bufs['segments.offsets']['offset']}): "
+                                 f"segment offsets out of range of the child buffers")
+            lo, hi = int(offs[i]), int(offs[i + take])
+            start = self._arr(bufs["segments.start"], np.int32, nseg)[lo:hi].astype(np.int64)
+            length = self._arr(bufs["segments.length"], np.int32, nseg)[lo:hi].astype(np.int64)
+            if "segments.source" in bufs:
+                src = self._arr(bufs["segments.source"], np.int32, nseg)[lo:hi]
+            else:
+                src = np.zeros(hi - lo, np.int32)
+            seg_row = np.repeat(np.arange(take) + (r - row), np.diff(offs[i:i + take + 1]))
+            if length.size and (length.min() < 1 or (start + length).max() > L or start.min() < 0):
+                raise ShardError(f"{self.path}: record batch {k}: a segment outside its row of {L} tokens")
+            excl = np.cumsum(length) - length  # each segment's first token in the flat run of all of them
+            pos = np.arange(int(length.sum())) - np.repeat(excl - start, length)
+            out[np.repeat(seg_row, length), pos] = np.repeat(src, length)
+            r += take
+        return out
+
     def row_address(self, column, row):
         """Absolute address of shard row ``row`` of ``column`` in this process."""
         k, i = self.locate(row)
