@@ -22,6 +22,13 @@ themselves; the driver starts it after dataprep (one node; on several nodes
 start one per node, ``ferry-serve --data DIR --ranks ... --socket SOCKET``,
 before ``fit()``).
 
+``--format chat``: conversations (records with ``messages`` or ShareGPT
+``conversations``, e.g. HuggingFaceH4/ultrachat_200k) instead of Alpaca
+records, rendered with the tokenizer's chat template; ``--labels`` then
+defaults to ``assistant`` (loss on the assistant's replies and their
+end-of-turn token only; docs/chat.md). ``--chat-template`` and ``--date``
+pass on to dataprep.
+
 ``--model``: the Hugging Face model, a hub name (default Qwen/Qwen2.5-3B) or
 a local directory (from save_pretrained).
 
@@ -298,11 +305,19 @@ def train_func(config: dict):
 
 def run_dataprep(args, ranks):
     """Tokenize once, before training. A complete output made with the same
-    tokenizer, seq_len and labels is reused; one made otherwise is refused
-    (or, with --rebuild-data, made again)."""
+    tokenizer, seq_len and labels (and, for chat data, chat template and
+    date) is reused; one made otherwise is refused (or, with --rebuild-data,
+    made again)."""
     force = False
+    chat = dict(format=getattr(args, "format", "alpaca"), chat_template=getattr(args, "chat_template", None),
+                date=getattr(args, "date", None))
     if os.path.exists(os.path.join(args.data_dir, "manifest.json")):
-        bad = ferry.data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels, args.mode)
+        template = None
+        if chat["chat_template"]:
+            with open(chat["chat_template"], encoding="utf-8") as f:
+                template = f.read()
+        bad = ferry.data_dir_mismatches(args.data_dir, args.tokenizer, args.seq_len, args.labels, args.mode,
+                                        chat_template=template, date=chat["date"])
         records = ferry.read_manifest(args.data_dir).stats.get("records_read")
         if getattr(args, "max_samples", 0) and records != args.max_samples:
             bad.append(f"{records} records != --max-samples {args.max_samples}")
@@ -320,8 +335,13 @@ def run_dataprep(args, ranks):
     cmd = [args.dataprep] + [a for f in inputs for a in ("--input", f)]
     if getattr(args, "max_samples", 0):
         cmd += ["--max-records", str(args.max_samples)]  # the seed's split="train[:N]"
-    cmd += ["--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len), "--labels", args.labels,
-            "--mode", args.mode, "--ranks", str(ranks), "--out", args.data_dir] + (["--force"] if force else [])
+    cmd += ["--tokenizer", args.tokenizer, "--seq-len", str(args.seq_len), "--format", chat["format"],
+            "--labels", args.labels, "--mode", args.mode, "--ranks", str(ranks), "--out", args.data_dir]
+    if chat["chat_template"]:
+        cmd += ["--chat-template", chat["chat_template"]]
+    if chat["date"]:
+        cmd += ["--date", chat["date"]]
+    cmd += ["--force"] if force else []
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -381,6 +401,9 @@ def run_ckptmerge(args):
     subprocess.run(cmd, check=True)
 
 
+ALPACA_LABELS = ["mask-pad", "copy", "mask-prompt"]
+CHAT_LABELS = ["assistant", "last-assistant", "generation", "all"]
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--input", nargs="+", default=["/tmp/ferry-ds/alpaca.parquet"],
@@ -391,9 +414,18 @@ def parse_args(argv=None):
                     help=f"Hugging Face model: hub name or local directory (default {MODEL_NAME}; "
                          "with --cpu: the tiny test model unless given)")
     ap.add_argument("--seq-len", type=int, default=MAX_SEQ_LEN)
-    ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default="mask-pad",
-                    help="dataprep's training objective: mask-pad (default) puts no loss on the padding; "
-                         "copy = the seed's labels = input_ids, pads included (seed parity)")
+    ap.add_argument("--format", choices=["alpaca", "chat"], default="alpaca",
+                    help="the input: alpaca (instruction/input/output records, default) or chat (conversations: "
+                         "\"messages\" or ShareGPT \"conversations\", rendered with the tokenizer's chat template)")
+    ap.add_argument("--labels", choices=ALPACA_LABELS + CHAT_LABELS, default=None,
+                    help="dataprep's training objective. alpaca: mask-pad (default) puts no loss on the padding; "
+                         "copy = the seed's labels = input_ids, pads included (seed parity); mask-prompt. chat: "
+                         "assistant (default: every assistant reply and its end-of-turn token), last-assistant, "
+                         "generation, all (docs/chat.md)")
+    ap.add_argument("--chat-template", default=None, metavar="FILE",
+                    help="chat: a Jinja chat template instead of the tokenizer's (dataprep --chat-template)")
+    ap.add_argument("--date", default=None, metavar="YYYY-MM-DD",
+                    help="chat: the date strftime_now renders (dataprep --date; default: today)")
     ap.add_argument("--mode", choices=["pad", "pack"], default="pad",
                     help="dataprep's rows: pad (default, the seed's one example per row) or pack (several examples "
                          "per row, kept apart: ferry.check_packing checks the model, the batches carry the "
@@ -427,6 +459,13 @@ def parse_args(argv=None):
     ap.add_argument("--worker", action="store_true",
                     help="run train_func directly (under torchrun), without Ray; dataprep/ckptmerge not run")
     args = ap.parse_args(argv)
+    if args.labels is None:
+        args.labels = "assistant" if args.format == "chat" else "mask-pad"
+    if (args.labels in CHAT_LABELS) != (args.format == "chat"):
+        ap.error(f"--labels {args.labels} is not a policy of --format {args.format}: alpaca takes "
+                 f"{', '.join(ALPACA_LABELS)}; chat takes {', '.join(CHAT_LABELS)}")
+    if args.format != "chat" and (args.chat_template or args.date):
+        ap.error("--chat-template and --date are for --format chat")
     if args.worker and not args.cpu and not torch.cuda.is_available():
         ap.error("CUDA is not available on this machine: check the GPU driver, or pass --cpu for the "
                  "CPU test mode (a tiny model, not the real one)")

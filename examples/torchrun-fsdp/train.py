@@ -89,9 +89,12 @@ def parse_args(argv=None):
     ap.add_argument("--resume", action="store_true", default=bool(p.get("resume", False)),
                     help="continue from CHECKPOINT_DIR/latest.json (a retry of the same run, same FERRY_RUN_ID or "
                          "MLFLOW_RUN_ID, resumes without it); a new job stops on an old run's checkpoint without it")
-    ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt"], default=p.get("labels"),
-                    help="the objective DATA_DIR must have been made with (dataprep --labels); copy = the seed's "
-                         "labels = input_ids, pads included")
+    ap.add_argument("--labels", choices=["mask-pad", "copy", "mask-prompt", "assistant", "last-assistant",
+                                         "generation", "all"],
+                    default=p.get("labels") or {"alpaca": "mask-pad", "chat": "assistant"}.get(p.get("format")),
+                    help="the objective DATA_DIR must have been made with (dataprep --labels; default: the "
+                         "format parameter's, mask-pad for alpaca, assistant for chat); copy = the seed's "
+                         "labels = input_ids, pads included; assistant = loss on the assistant's replies only")
     ap.add_argument("--max-seq-len", type=int, default=p.get("max_seq_len"),
                     help="the seq_len DATA_DIR must have been made with")
     ap.add_argument("--tokenizer-dir", default=p.get("tokenizer_dir"),

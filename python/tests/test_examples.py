@@ -216,8 +216,104 @@ def test_ray_yaml_stops_when_the_download_fails(tmp_path):
 
 def test_yamls_pass_labels_explicitly():
     t = yaml_command("torchrun-fsdp")
-    assert t["parameters"]["labels"] in ("mask-pad", "copy") and '--labels "$LABELS"' in t["command"]
-    assert "--labels " in yaml_command("ray-train")["command"]
+    assert t["parameters"]["format"] == "alpaca" and '--labels "$LABELS"' in t["command"]
+    assert '--format "$FORMAT"' in t["command"]
+    assert torchrun_yaml_env(dict(t["parameters"]))["LABELS"] == "mask-pad"
+    assert torchrun_yaml_env(dict(t["parameters"], labels="copy"))["LABELS"] == "copy"  # seed parity: one line
+    assert '--format "$FORMAT" --labels "$LABELS"' in yaml_command("ray-train")["command"]
+
+
+def torchrun_yaml_env(params, tmp=None):
+    """The variables torchrun-fsdp/train.yaml's command exports from its
+    parameters (it runs this Python snippet), for params."""
+    import re
+
+    cmd = yaml_command("torchrun-fsdp")["command"]
+    snippet = re.search(r"eval \"\$\(python -c '(.*?)'\)\"", cmd, re.S).group(1)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "params.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(params, f)
+        r = subprocess.run([sys.executable, "-c", snippet], env=dict(os.environ, HYPERPARAMETERS_PATH=path),
+                           capture_output=True, text=True, check=True)
+    import shlex
+
+    return dict(shlex.split(line.removeprefix("export "))[0].split("=", 1) for line in r.stdout.splitlines())
+
+
+# --- issue 27: chat data, one switch in each YAML ------------------------------
+
+CHAT = os.path.join(REPO, "testdata", "chat", "fastchat-dummy", "dummy_conversation.json.zst")  # 500 ShareGPT records
+
+
+def test_yamls_switch_to_chat_in_one_line(tmp_path):
+    """torchrun-fsdp: `format: chat` alone makes the command download a chat
+    data set and run dataprep --format chat --labels assistant. ray-train:
+    FORMAT=chat alone does the same for train_ray.py (run with stubs: the
+    download stub records what it was asked for and fails, which stops the
+    job)."""
+    t = yaml_command("torchrun-fsdp")
+    env = torchrun_yaml_env(dict(t["parameters"], format="chat"))
+    assert (env["FORMAT"], env["LABELS"], env["DATASET_NAME"], env["DATASET_FILES"]) == (
+        "chat", "assistant", "HuggingFaceH4/ultrachat_200k", "train_sft-*.parquet"), env
+    cmd = yaml_command("ray-train")["command"]
+    assert cmd.count("FORMAT=alpaca\n") == 1
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    asked = tmp_path / "asked"
+    (stubs / "ray").write_text("#!/bin/sh\nexit 0\n")
+    (stubs / "python").write_text(f"#!/bin/sh\necho \"$@\" >> {asked}\nexit 1\n")
+    for x in stubs.iterdir():
+        x.chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", CODE_SOURCE_PATH=str(tmp_path), NODE_RANK="0")
+    r = subprocess.run(["bash", "-c", cmd.replace("FORMAT=alpaca\n", "FORMAT=chat\n")], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "HuggingFaceH4/ultrachat_200k" in asked.read_text(), r.stdout + r.stderr
+
+
+def test_chat_data_through_both_examples(ray_ex, fsdp_ex, tools, toks, tmp_path, monkeypatch):
+    """train_ray.py's dataprep on chat data (--format chat, the default
+    labels assistant, --date), then a real torchrun-fsdp job (--tiny, one
+    rank, 3 steps) trains on it: the rows' labels are the assistant tokens
+    only, the data_dir check takes the chat policy and refuses another one,
+    and a reused data_dir made with another date is refused."""
+    import ferry
+
+    a = ray_ex.parse_args(["--format", "chat", "--date", "2026-07-26", "--cpu"])
+    assert a.labels == "assistant"
+    with pytest.raises(SystemExit):
+        ray_ex.parse_args(["--format", "chat", "--labels", "mask-pad"])
+    args = ray_args(tools, toks, tmp_path, input=CHAT, seq_len=128, format="chat", labels=a.labels,
+                    chat_template=None, date=a.date)
+    ray_ex.run_dataprep(args, 2)
+    m = ferry.read_manifest(args.data_dir)
+    assert m.labels == "assistant" and m.chat["date"] == "2026-07-26" and m.stats["records_read"] == 500
+    loader = ferry.Loader(args.data_dir, 4, rank=0, world_size=1, drop_last=True)
+    batch = next(iter(loader))
+    trained = (batch["labels"][:, 1:] != -100).sum().item()
+    assert 0 < trained < batch["attention_mask"].sum().item()
+    assert batch["num_items_in_batch"] == trained
+    loader.close()
+    with pytest.raises(SystemExit, match="date 2026-07-26 != 2026-07-27"):
+        ray_ex.run_dataprep(ray_args(tools, toks, tmp_path, input=CHAT, seq_len=128, format="chat",
+                                     labels="assistant", chat_template=None, date="2026-07-27"), 2)
+
+    monkeypatch.delenv("HYPERPARAMETERS_PATH", raising=False)
+    with pytest.raises(SystemExit, match="labels assistant != mask-pad"):
+        fsdp_ex.check_data_dir(fsdp_ex.parse_args(["--tiny", "--data-dir", args.data_dir, "--labels", "mask-pad"]))
+    metrics = tmp_path / "metrics.jsonl"
+    r = subprocess.run(TORCHRUN + ["--standalone", "--nproc_per_node=1", os.path.join(TORCHRUN_DIR, "train.py"),
+                                   "--tiny", "--data-dir", args.data_dir, "--labels", "assistant",
+                                   "--output-dir", str(tmp_path / "out"), "--batch-size", "2", "--grad-accum", "1",
+                                   "--max-steps", "3", "--metrics-file", str(metrics)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "labels=assistant" in r.stdout
+    steps = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [x["step"] for x in steps] == [1, 2, 3] and all(x["loss"] == x["loss"] for x in steps), steps
 
 
 def test_ray_dataprep_labels_copy_is_seed_parity(ray_ex, tools, toks, tmp_path):
