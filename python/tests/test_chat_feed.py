@@ -1,7 +1,9 @@
 """Chat shards through the feed: ferry.Loader yields the labels dataprep
 wrote (assistant turns only) and num_items_in_batch counts exactly the
-assistant tokens of each step, over all ranks."""
+assistant tokens of each step, over all ranks; ferry-serve's daemon feed
+gives the same batches."""
 import json
+import signal
 import subprocess
 
 import numpy as np
@@ -9,7 +11,8 @@ import pytest
 import torch
 
 import ferry
-from helpers import REPO, build_go_tool, read_maybe_zstd
+from ferry.serve_client import ServeLoader
+from helpers import REPO, Daemon, build_go_tool, read_maybe_zstd
 
 pa = pytest.importorskip("pyarrow")
 tokenizers = pytest.importorskip("tokenizers")
@@ -75,3 +78,38 @@ def test_reused_data_dir_with_another_template_or_date_is_refused(chat_shards):
     assert ferry.data_dir_mismatches(str(out), model, labels="assistant", chat_template=template, date="2026-07-26") == []
     bad = ferry.data_dir_mismatches(str(out), model, chat_template=template + " ", date="2026-07-27")
     assert len(bad) == 2 and "chat template sha256" in bad[0] and "date 2026-07-26 != 2026-07-27" in bad[1], bad
+
+
+def test_ferry_serve_gives_the_loaders_batches(chat_shards, serve_bin, tmp_path):
+    """One ferry-serve for both ranks of the chat shards: every batch of two
+    epochs equals ferry.Loader's (the shard's assistant labels, attention
+    keys of the packed conversations, num_items_in_batch = the step's
+    assistant tokens), shuffled and in order."""
+    out, _ = chat_shards
+    d = Daemon(serve_bin, str(out), str(tmp_path / "serve.sock"), ["--ranks", f"0-{RANKS - 1}"])
+    try:
+        for kw in ({"shuffle": False}, {"seed": 3}):
+            for rank in range(RANKS):
+                direct = ferry.Loader(str(out), BATCH, rank=rank, world_size=RANKS, **kw)
+                served = ServeLoader(d.sock, BATCH, rank=rank, world_size=RANKS, data_dir=str(out), **kw)
+                assert len(served) == len(direct) > 0
+                for epoch in (0, 1):
+                    direct.set_epoch(epoch)
+                    served.set_epoch(epoch)
+                    want = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in direct]
+                    n = 0
+                    for a, b in zip(want, served):
+                        assert list(a) == list(b)
+                        for k in a:
+                            if isinstance(a[k], torch.Tensor):
+                                assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), (kw, rank, epoch, n, k)
+                            else:
+                                assert a[k] == b[k], (kw, rank, epoch, n, k)
+                        assert (b["labels"] != -100).any()
+                        n += 1
+                    assert n == len(want)
+                served.close()
+                direct.close()
+    finally:
+        code = d.kill(signal.SIGTERM)
+    assert code == 0, d.output()
