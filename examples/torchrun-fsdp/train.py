@@ -402,8 +402,12 @@ def main():
     # or (--serve) gets the same batches from the node's ferry-serve daemon.
     # grad_accum: every batch carries num_items_in_batch for this optimizer
     # step, so the loss below is the mean over all its tokens on all ranks.
+    # A mixture (dataprep --recipe): batches carry source_ids, to log the loss per source.
+    mixture = not args.serve and bool(ferry.read_manifest(args.data_dir).sources)
     loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed, serve=args.serve,
-                          grad_accum=args.grad_accum)
+                          grad_accum=args.grad_accum, **({"sources": True} if mixture else {}))
+    n_src = len(loader.source_names) if mixture else 0
+    src_sums, src_tokens = torch.zeros(n_src, device=device), torch.zeros(n_src, device=device)
     if rank == 0:
         m = loader.manifest
         feed = type(loader).__name__ + (f" (ferry-serve at {args.serve})" if args.serve else " (mapped shards)")
@@ -444,8 +448,17 @@ def main():
                 log_samples(sample_log, loader, schedule[j], batch, step + 1)
             # non_blocking copy; ids/labels -> int64 on the device. A served
             # batch is valid until the next one is requested: use it in this step.
+            src = batch.pop("source_ids", None)
             batch = ferry.to_device(batch, device)
-            out = model(**batch)
+            if src is None:
+                out = model(**batch)
+            else:  # the same loss, split by source (docs/mixtures.md)
+                labels, items = batch.pop("labels"), batch.pop("num_items_in_batch", None)
+                out = model(**batch)
+                sl = ferry.loss_by_source(out.logits, labels, src, n_src, num_items_in_batch=items)
+                out.loss = sl.loss
+                src_sums += sl.sums
+                src_tokens += sl.tokens.to(src_tokens.device)
             (out.loss / args.grad_accum).backward()
             micro_step += 1
             if micro_step % args.grad_accum:
@@ -457,17 +470,27 @@ def main():
             optimizer.step()
             optimizer.zero_grad()
             step += 1
-            loss = out.loss.detach()
-            dist.all_reduce(loss)
-            loss = loss.item() / world_size
+            # one all_reduce: the loss and, for a mixture, the per-source sums and tokens
+            vec = torch.cat([out.loss.detach().float().view(1), src_sums, src_tokens])
+            dist.all_reduce(vec)
+            loss = vec[0].item() / world_size
+            by_source = ferry.source_means(vec[1:1 + n_src], vec[1 + n_src:], loader.source_names) if n_src else {}
+            src_sums.zero_()
+            src_tokens.zero_()
             if rank == 0:
-                print(f"step={step}/{args.max_steps} loss={loss:.4f} epoch={loader.epoch}", flush=True)
+                per = "".join(f" loss/{k}={v:.4f}" for k, v in by_source.items())
+                print(f"step={step}/{args.max_steps} loss={loss:.4f}{per} epoch={loader.epoch}", flush=True)
                 if args.metrics_file:
                     with open(args.metrics_file, "a") as f:
-                        f.write(json.dumps({"step": step, "loss": loss, "epoch": loader.epoch,
-                                            "seconds": round(time.time() - t_start, 3)}) + "\n")
+                        rec = {"step": step, "loss": loss, "epoch": loader.epoch}
+                        if n_src:
+                            rec["loss_by_source"] = by_source
+                        rec["seconds"] = round(time.time() - t_start, 3)
+                        f.write(json.dumps(rec) + "\n")
                 if use_mlflow:
                     mlflow.log_metric("train_loss", loss, step=step)
+                    for name, v in by_source.items():
+                        mlflow.log_metric(f"loss/{name}", v, step=step)
             if args.save_every and step % args.save_every == 0:
                 save_checkpoint(args, model, optimizer, loader, step, rank)
                 last_saved = step
