@@ -36,16 +36,8 @@ func runIDs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	switch {
-	case c.Tokenizer == "":
-		return fmt.Errorf("ids: -tokenizer is required")
-	case fs.NArg() > 1:
+	if fs.NArg() > 1 {
 		return fmt.Errorf("ids: more than one input file")
-	case c.Pad && c.MaxLength == 0:
-		return fmt.Errorf("ids: -pad needs -max-length")
-	}
-	if c.Pad && c.PadToken == "" {
-		c.PadToken = c.EOS
 	}
 	if fs.NArg() == 1 {
 		c.Input = fs.Arg(0)

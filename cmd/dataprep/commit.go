@@ -89,6 +89,6 @@ func runCommit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	prog.Stop()
-	s := newSummary(c.Out, c.Workers, res, time.Since(t0).Seconds())
+	s := prep.NewSummary(c.Out, c.Workers, res, time.Since(t0).Seconds())
 	return printReport(jsonOut, quiet, &s, res.Manifest, stdout, stderr)
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/ferryml/ferry/internal/cli"
+	"github.com/ferryml/ferry/internal/prep"
 	"github.com/ferryml/ferry/internal/version"
 )
 
@@ -72,4 +73,10 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// configMsg is a prep.ErrConfig error's message without its prefix, as the
+// commands print their own usage errors.
+func configMsg(err error) string {
+	return strings.TrimPrefix(err.Error(), prep.ErrConfig.Error()+": ")
 }

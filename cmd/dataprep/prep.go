@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"time"
 
@@ -115,15 +114,15 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 		fs.PrintDefaults()
 	}
 	var inputs inputList
-	var mode, labels, eos, pad, onBad string
+	var eos, pad, onBad string
 	fs.Var(&inputs, "input", "input `file`: path or s3://bucket/key, or a glob of several (*, ?, [...]); repeat for more files, read in the order given (required)")
 	fs.StringVar(&c.Recipe, "recipe", "", "a mixture's recipe `file` (YAML or JSON) instead of --input: sources, each with its inputs, format and weight (a share of the output's tokens) or repeat (epochs); see docs/mixtures.md")
 	fs.StringVar(&c.Tokenizer, "tokenizer", "", "tokenizer.json, tokenizer.json.zst or a model `directory` (required)")
 	fs.StringVar(&c.Out, "out", "", "output `directory` or s3:// prefix (required)")
 	fs.IntVar(&c.Layout.SeqLen, "seq-len", 1024, "tokens per row (HF max_length)")
 	fs.IntVar(&c.Ranks, "ranks", 1, "number of shards = training world size")
-	fs.StringVar(&mode, "mode", "pad", "pad: one example per row (the seeds' padding=\"max_length\"); pack: whole examples packed into rows")
-	fs.StringVar(&labels, "labels", "", "Alpaca: mask-pad (default): -100 on padding; copy: labels = input_ids, pads included (seed parity); mask-prompt: -100 on padding and prompt.\nchat: assistant (default), last-assistant, generation or all (see above)")
+	fs.StringVar((*string)(&c.Layout.Mode), "mode", "pad", "pad: one example per row (the seeds' padding=\"max_length\"); pack: whole examples packed into rows")
+	fs.StringVar((*string)(&c.Layout.Labels), "labels", "", "Alpaca: mask-pad (default): -100 on padding; copy: labels = input_ids, pads included (seed parity); mask-prompt: -100 on padding and prompt.\nchat: assistant (default), last-assistant, generation or all (see above)")
 	fs.StringVar(&c.Format, "format", "", "input `format`: alpaca or chat (default: chat when the first record has \"messages\" or \"conversations\")")
 	fs.StringVar(&c.ChatTemplate, "chat-template", "", "chat: a Jinja chat template `file` instead of the tokenizer directory's")
 	fs.StringVar(&c.ChatTemplateName, "template-name", "", "chat: which of the directory's named chat templates (e.g. tool_use)")
@@ -165,24 +164,14 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 	if flagSet(fs, "pad") {
 		c.Pad = &pad
 	}
-	var err error
-	if c.Layout.Mode, err = shard.ParseMode(mode); err != nil {
-		return bad("--mode %q: want pad or pack", mode)
-	}
-	if labels != "" {
-		if c.Layout.Labels, err = shard.ParseLabels(labels); err != nil {
-			return bad("--labels %q: want mask-pad, copy or mask-prompt (alpaca), assistant, last-assistant, generation or all (chat)", labels)
-		}
-	}
+	// --mode and --labels are checked by Validate
 	if part != "" {
-		i, n, ok := strings.Cut(part, "/")
-		var err1, err2 error
-		f.part.I, err1 = strconv.Atoi(i)
-		f.part.N, err2 = strconv.Atoi(n)
-		f.split = true
-		if !ok || err1 != nil || err2 != nil || f.part.N < 1 || f.part.N > shard.MaxParts || f.part.I < 0 || f.part.I >= f.part.N {
-			return bad("--part %q: want I/N with 0 <= I < N <= %d", part, shard.MaxParts)
+		loc := f.part.Loc
+		var err error
+		if f.part, err = prep.ParsePart(part); err != nil {
+			return bad("%s", configMsg(err))
 		}
+		f.part.Loc, f.split = loc, true
 	} else if f.part.Loc != "" {
 		return bad("--parts needs --part (or: dataprep commit OUT --parts LOC)")
 	}
@@ -198,41 +187,9 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 	}
 	c.SkipBad = onBad == "skip"
 	if err := c.Validate(); err != nil {
-		return bad("%s", strings.TrimPrefix(err.Error(), prep.ErrConfig.Error()+": "))
+		return bad("%s", configMsg(err))
 	}
 	return f, nil
-}
-
-// summary is the final report (--json prints it as is).
-type summary struct {
-	Out              string  `json:"out"`
-	Input            string  `json:"input"`
-	Format           string  `json:"format"`
-	Mode             string  `json:"mode"`
-	Labels           string  `json:"labels"`
-	SeqLen           int     `json:"seq_len"`
-	Ranks            int     `json:"ranks"`
-	RowsPerRank      int     `json:"rows_per_rank"`
-	UniqueRows       int     `json:"unique_rows"`
-	TotalRows        int     `json:"total_rows"`
-	RecordsRead      int64   `json:"records_read"`
-	RecordsSkipped   int64   `json:"records_skipped"`
-	RecordsTruncated int64   `json:"records_truncated"`
-	RecordsSplit     int64   `json:"records_split"`
-	RecordsDropped   int64   `json:"records_dropped"`
-	Tokens           int64   `json:"tokens"`
-	PadTokens        int64   `json:"pad_tokens"`
-	Efficiency       float64 `json:"efficiency"`
-	InputBytes       int64   `json:"input_bytes"`
-	OutputBytes      int64   `json:"output_bytes"`
-	Seconds          float64 `json:"seconds"`
-	MBPerSec         float64 `json:"mb_per_s"`
-	Workers          int     `json:"workers"`
-	ReadSeconds      float64 `json:"read_s"`     // read + parse the input, load the tokenizer (overlapped)
-	TokenizeSeconds  float64 `json:"tokenize_s"` // format + tokenize
-	WriteSeconds     float64 `json:"write_s"`    // pack, shuffle, write, verify, manifest
-	// Sources are a mixture's (--recipe), as the manifest gives them.
-	Sources []shard.SourceInfo `json:"sources,omitempty"`
 }
 
 func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -249,7 +206,7 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			// A usage error found once the tokenizer is loaded (an unknown
 			// --eos, a --seq-len too small for the template): printed here,
 			// as parsePrepFlags prints its own.
-			fmt.Fprintf(stderr, "dataprep: %s\nrun dataprep --help for usage\n", strings.TrimPrefix(err.Error(), prep.ErrConfig.Error()+": "))
+			fmt.Fprintf(stderr, "dataprep: %s\nrun dataprep --help for usage\n", configMsg(err))
 			err = cli.Usage(err)
 		}
 		// A part's error says which part (launchers interleave the logs).
@@ -287,31 +244,13 @@ func runPrep(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return err
 	}
 	prog.Stop()
-	s := newSummary(f.cfg.Out, f.cfg.Workers, res, time.Since(t0).Seconds())
+	s := prep.NewSummary(f.cfg.Out, f.cfg.Workers, res, time.Since(t0).Seconds())
 	return printReport(f.jsonOut, f.quiet, &s, res.Manifest, stdout, stderr)
-}
-
-// newSummary fills a summary from a run's result.
-func newSummary(out string, workers int, res *prep.Result, secs float64) summary {
-	m := res.Manifest
-	var outBytes int64
-	for _, f := range m.Files {
-		outBytes += f.Bytes
-	}
-	return summary{
-		Out: out, Input: m.Input, Format: res.Format, Mode: string(m.Mode), Labels: string(m.Labels),
-		SeqLen: m.SeqLen, Ranks: m.Ranks, RowsPerRank: m.RowsPerRank, UniqueRows: m.UniqueRows, TotalRows: m.TotalRows,
-		RecordsRead: m.Stats.RecordsRead, RecordsSkipped: m.Stats.RecordsSkipped, RecordsTruncated: m.Stats.RecordsTruncated,
-		RecordsSplit: m.Stats.RecordsSplit, RecordsDropped: m.Stats.RecordsDropped, Tokens: m.Stats.Tokens, PadTokens: m.Stats.PadTokens, Efficiency: m.Stats.Efficiency,
-		InputBytes: res.InputBytes, OutputBytes: outBytes, Seconds: secs, MBPerSec: float64(res.Bytes) / 1e6 / secs, Workers: workers,
-		ReadSeconds: res.Read.Seconds(), TokenizeSeconds: res.Tokenize.Seconds(), WriteSeconds: res.Write.Seconds(),
-		Sources: m.Sources,
-	}
 }
 
 // printReport prints the summary: JSON on stdout with --json, text on stderr
 // unless --quiet.
-func printReport(jsonOut, quiet bool, s *summary, m *shard.Manifest, stdout, stderr io.Writer) error {
+func printReport(jsonOut, quiet bool, s *prep.Summary, m *shard.Manifest, stdout, stderr io.Writer) error {
 	if jsonOut {
 		b, _ := json.Marshal(s)
 		fmt.Fprintf(stdout, "%s\n", b)
@@ -322,7 +261,7 @@ func printReport(jsonOut, quiet bool, s *summary, m *shard.Manifest, stdout, std
 	return nil
 }
 
-func printSummary(w io.Writer, s *summary, m *shard.Manifest) {
+func printSummary(w io.Writer, s *prep.Summary, m *shard.Manifest) {
 	effName := "padding efficiency"
 	if s.Mode == string(shard.ModePack) {
 		effName = "packing efficiency"

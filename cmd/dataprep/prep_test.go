@@ -21,6 +21,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/invariants"
+	"github.com/ferryml/ferry/internal/prep"
 	"github.com/ferryml/ferry/internal/testutil/arrowcheck"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
@@ -200,7 +201,7 @@ func TestSeedParity(t *testing.T) {
 				if m.Stats.RecordsTruncated != int64(truncated) || m.UniqueRows != len(want) {
 					t.Errorf("truncated %d (HF: %d), unique rows %d (records %d)", m.Stats.RecordsTruncated, truncated, m.UniqueRows, len(want))
 				}
-				var s summary
+				var s prep.Summary
 				if err := json.Unmarshal([]byte(out), &s); err != nil {
 					t.Fatalf("--json output %q: %v", out, err)
 				}
@@ -271,7 +272,7 @@ func TestPack(t *testing.T) {
 			if m.Stats.Tokens != tokens || m.Stats.Efficiency != eff {
 				t.Errorf("stats tokens %d eff %v, counted %d %v", m.Stats.Tokens, m.Stats.Efficiency, tokens, eff)
 			}
-			var s summary
+			var s prep.Summary
 			if err := json.Unmarshal([]byte(out), &s); err != nil || s.Efficiency != eff {
 				t.Errorf("summary efficiency %v (err %v), want %v", s.Efficiency, err, eff)
 			}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/ferryml/ferry/internal/cli"
 	"github.com/ferryml/ferry/internal/prep"
@@ -75,13 +74,9 @@ func parseRenderFlags(args []string, stderr io.Writer) (*prep.RenderConfig, erro
 		return bad("more than one input file")
 	case onBad != "stop" && onBad != "skip":
 		return bad("--on-bad-record is stop or skip, not %q", onBad)
-	case c.ChatTemplate != "" && c.TemplateName != "":
-		return bad("--chat-template and --template-name exclude each other")
 	}
-	if c.Date != "" {
-		if _, err := time.Parse(time.DateOnly, c.Date); err != nil {
-			return bad("--date %q is not YYYY-MM-DD", c.Date)
-		}
+	if err := c.Validate(); err != nil {
+		return bad("%s", configMsg(err))
 	}
 	if fs.NArg() == 1 {
 		c.Input = fs.Arg(0)

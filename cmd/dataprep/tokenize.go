@@ -60,24 +60,13 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*prep.TokenizeConfig, 
 		return bad("--tokenizer is required")
 	case fs.NArg() > 1:
 		return bad("more than one input file")
-	case c.Threads < 0:
-		return bad("--threads must be >= 0")
 	case c.Alpaca && c.EOS == "" && !flagSet(fs, "eos"):
 		return bad("--alpaca needs --eos (the seeds append tokenizer.eos_token; --eos '' for none)")
-	case c.MaxLength < 0:
-		return bad("--max-length must be >= 0")
-	case c.Pad && c.MaxLength == 0:
-		return bad("--pad needs --max-length")
-	case c.Batch < 1:
-		return bad("--batch must be >= 1")
 	case *special && c.NoSpecial:
 		return bad("--special and --no-special")
 	}
-	if c.Pad && c.PadToken == "" {
-		c.PadToken = c.EOS
-		if c.PadToken == "" {
-			return bad("--pad needs --pad-token or --eos")
-		}
+	if err := c.Validate(); err != nil {
+		return bad("%s", configMsg(err))
 	}
 	if fs.NArg() == 1 {
 		c.Input = fs.Arg(0)

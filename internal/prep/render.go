@@ -27,6 +27,22 @@ type RenderConfig struct {
 	Input               string // "" = the reader Render is given ("stdin")
 }
 
+// Validate checks c's own consistency; its errors wrap ErrConfig.
+func (c *RenderConfig) Validate() error {
+	switch {
+	case c.Tokenizer == "":
+		return configErr("--tokenizer is required")
+	case c.ChatTemplate != "" && c.TemplateName != "":
+		return configErr("--chat-template and --template-name exclude each other")
+	}
+	if c.Date != "" {
+		if _, err := time.Parse(time.DateOnly, c.Date); err != nil {
+			return configErr("--date %q is not YYYY-MM-DD", c.Date)
+		}
+	}
+	return nil
+}
+
 // RenderResult is what a Render pass did.
 type RenderResult struct {
 	Name              string // the input's name ("stdin" for the reader)
@@ -56,6 +72,9 @@ type renderBadLine struct {
 // cannot be read or rendered gives {"record": N, "error": ...} in its place;
 // without, the first one is the error, naming the input and the record.
 func Render(ctx context.Context, c RenderConfig, stdin io.Reader, stdout io.Writer) (*RenderResult, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	tmpl, special, err := chattemplate.FromTokenizerDir(c.Tokenizer, c.TemplateName)
 	if c.ChatTemplate != "" {
 		if special, err = chattemplate.SpecialTokens(c.Tokenizer); err != nil {
@@ -76,10 +95,7 @@ func Render(ctx context.Context, c RenderConfig, stdin io.Reader, stdout io.Writ
 	}
 	opts := &chattemplate.Options{}
 	if c.Date != "" {
-		day, err := time.Parse(time.DateOnly, c.Date)
-		if err != nil {
-			return nil, configErr("--date %q: want YYYY-MM-DD", c.Date)
-		}
+		day, _ := time.Parse(time.DateOnly, c.Date) // checked by Validate
 		opts.Now = func() time.Time { return day }
 	}
 

@@ -14,7 +14,7 @@ import (
 
 // TokenizeConfig is a `dataprep tokenize` run: the tokenizer, the encoder's
 // options and where the ids go. Its zero values are the command's defaults
-// but Batch (>= 1) and Out ("" is stdout, as "-").
+// but Batch (>= 1) and Out ("" is stdout, as "-"); PadToken defaults to EOS.
 type TokenizeConfig struct {
 	Tokenizer string // tokenizer.json, tokenizer.json.zst or a model directory
 	NoSpecial bool   // add_special_tokens=false
@@ -31,6 +31,25 @@ type TokenizeConfig struct {
 	LoadTokenizer func(string) (*tokenize.Tokenizer, error)
 }
 
+// Validate checks c's own consistency; its errors wrap ErrConfig.
+func (c *TokenizeConfig) Validate() error {
+	switch {
+	case c.Tokenizer == "":
+		return configErr("--tokenizer is required")
+	case c.Threads < 0:
+		return configErr("--threads must be >= 0")
+	case c.MaxLength < 0:
+		return configErr("--max-length must be >= 0")
+	case c.Pad && c.MaxLength == 0:
+		return configErr("--pad needs --max-length")
+	case c.Batch < 1:
+		return configErr("--batch must be >= 1")
+	case c.Pad && c.PadToken == "" && c.EOS == "":
+		return configErr("--pad needs --pad-token or --eos")
+	}
+	return nil
+}
+
 // TokenizeResult is what a Tokenize pass read and did.
 type TokenizeResult struct {
 	IDsStats
@@ -43,6 +62,9 @@ type TokenizeResult struct {
 // stdin) to c.Out (stdout for "-"), one {"ids": [...]} line per text (the
 // IDs contract).
 func Tokenize(ctx context.Context, c TokenizeConfig, stdin io.Reader, stdout io.Writer) (*TokenizeResult, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	load := c.LoadTokenizer
 	if load == nil {
@@ -54,9 +76,13 @@ func Tokenize(ctx context.Context, c TokenizeConfig, stdin io.Reader, stdout io.
 	}
 	padID := int32(-1)
 	if c.Pad {
-		id, ok := tok.TokenID(c.PadToken)
+		padToken := c.PadToken
+		if padToken == "" {
+			padToken = c.EOS // the seeds set pad_token = eos_token
+		}
+		id, ok := tok.TokenID(padToken)
 		if !ok {
-			return nil, fmt.Errorf("pad token %q is not in the vocabulary of %s", c.PadToken, c.Tokenizer)
+			return nil, fmt.Errorf("pad token %q is not in the vocabulary of %s", padToken, c.Tokenizer)
 		}
 		padID = id
 	}
@@ -96,7 +122,7 @@ func Tokenize(ctx context.Context, c TokenizeConfig, stdin io.Reader, stdout io.
 		out = outFile
 	}
 	loadTime := time.Since(t0)
-	p := &IDs{Enc: enc, Threads: threads, Name: name, Batch: max(c.Batch, 1), Alpaca: c.Alpaca}
+	p := &IDs{Enc: enc, Threads: threads, Name: name, Batch: c.Batch, Alpaca: c.Alpaca}
 	st, err := p.Write(ctx, in, out)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package prep
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -24,12 +25,16 @@ func TestTokenize(t *testing.T) {
 		t.Errorf("result %+v", r)
 	}
 	out.Reset()
-	r, err = Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Out: "none", MaxLength: 4, Pad: true, PadToken: "<|endoftext|>"},
+	r, err = Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Batch: 4096, Out: "none", MaxLength: 4, Pad: true, PadToken: "<|endoftext|>"},
 		strings.NewReader(in), &out)
 	if err != nil || out.Len() != 0 || r.Tokens != 8 {
 		t.Errorf("--out none, padded to 4: %v, %d bytes written, result %+v", err, out.Len(), r)
 	}
-	_, err = Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, MaxLength: 4, Pad: true, PadToken: "<nope>"}, strings.NewReader(in), &out)
+	_, err = Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Batch: 1, Pad: true}, strings.NewReader(in), &out)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "--pad needs --max-length") {
+		t.Errorf("--pad without --max-length: %v", err)
+	}
+	_, err = Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Batch: 1, MaxLength: 4, Pad: true, PadToken: "<nope>"}, strings.NewReader(in), &out)
 	if err == nil || !strings.Contains(err.Error(), `pad token "<nope>" is not in the vocabulary of `+qwenDir) {
 		t.Errorf("unknown pad token: %v", err)
 	}

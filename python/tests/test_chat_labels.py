@@ -224,3 +224,60 @@ def test_chat_generation_labels_match_trl_sft_trainer(dataprep, tmp_path):  # no
             mismatches += 1
     assert mismatches == 0, f"{mismatches} of {len(kept)} rows differ from TRL's"
     print(f"TRL SFTTrainer {trl.__version__} qwen2.5: {len(kept)} rows equal")
+
+
+QWEN3_REASONING = {"messages": [
+    {"role": "system", "content": "Think, then answer."},
+    {"role": "user", "content": "What is 17 * 3?"},
+    {"role": "assistant", "reasoning_content": "FIRST-REASONING 17*3 = 51.", "content": "51."},
+    {"role": "user", "content": "And the weather in Paris?"},
+    {"role": "assistant", "reasoning_content": "SECOND-REASONING I need the weather tool.", "content": "",
+     "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "{\"temp_c\": 21}"},
+    {"role": "assistant", "reasoning_content": "THIRD-REASONING 21 C is mild.", "content": "21 °C and mild."},
+]}
+
+
+def test_chat_qwen3_reasoning_rule(dataprep, tmp_path):  # noqa: F811
+    """The Qwen3 template (TRL's copy, testdata/chattemplate/trl/qwen3.jinja,
+    with the Qwen2.5 tokenizer, which shares Qwen3's vocabulary) drops the
+    reasoning of assistant turns before the last user message and keeps it
+    after (a tool-calling turn, the final answer). docs/chat.md's rule:
+    what the template writes for a message is trained with it, so the
+    first turn's reasoning is in neither the ids nor the labels, and the
+    later turns' reasoning is trained with their replies. ferry's ids equal
+    apply_chat_template(tokenize=True) and its labels the Python reference
+    of the rule. The opening "<think>\n" differs by turn, as the rule says:
+    the final turn gets "<think>\n\n</think>\n\n" even without reasoning
+    (template text, untrained, like a role header), the tool-calling turn
+    gets the block only for its reasoning (so it is trained whole)."""
+    d = model_dir(tmp_path, "qwen2.5")
+    tok = hf_tokenizer(d)
+    template = f"{REPO}/testdata/chattemplate/trl/qwen3.jinja"
+    with open(template, encoding="utf-8") as f:
+        tok.chat_template = f.read()
+    specials = {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    rows = run_dataprep(dataprep, d, write_input(tmp_path, "reason", [QWEN3_REASONING]), tmp_path / "out",
+                        "assistant", template)
+    ids, labels = rows[0]
+    msgs, tools, kwargs = hf_call(tok, QWEN3_REASONING)
+    want = tok.apply_chat_template(msgs, tokenize=True)
+    assert ids == list(want["input_ids"] if hasattr(want, "keys") else want)
+    ref_ids, mask = reference_assistant_mask(tok, msgs, tools, kwargs, specials)
+    assert ref_ids == ids and labels == labels_of(ids, mask)
+    text = tok.decode(ids)
+    assert "FIRST-REASONING" not in text and "SECOND-REASONING" in text and "THIRD-REASONING" in text
+    runs, cur = [], []
+    for t, lab in zip(ids, labels):
+        if lab != -100:
+            cur.append(t)
+        elif cur:
+            runs.append(tok.decode(cur))
+            cur = []
+    if cur:
+        runs.append(tok.decode(cur))
+    assert runs == [
+        "51.<|im_end|>",
+        '<think>\nSECOND-REASONING I need the weather tool.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
+        "THIRD-REASONING 21 C is mild.\n</think>\n\n21 °C and mild.<|im_end|>",
+    ], runs
