@@ -55,6 +55,12 @@ func Commit(ctx context.Context, c CommitConfig) (*Result, error) {
 	if err := refuseExisting(ctx, c.Out, c.Force); err != nil {
 		return nil, err
 	}
+	if d, err := findMixParts(ctx, c.Parts); err != nil || d != nil {
+		if err != nil {
+			return nil, err
+		}
+		return commitMix(ctx, c, cc, d, t0) // a recipe's parts (mixpart.go)
+	}
 	ps, err := openParts(ctx, c.Parts, cc.Workers, cc.Progress)
 	if err != nil {
 		return nil, err

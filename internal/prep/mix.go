@@ -59,14 +59,7 @@ func runMix(ctx context.Context, c Config, t0 time.Time) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	load := c.LoadTokenizer // one tokenizer for every source
-	var once sync.Once
-	var tok *tokenize.Tokenizer
-	var tokErr error
-	c.LoadTokenizer = func(p string) (*tokenize.Tokenizer, error) {
-		once.Do(func() { tok, tokErr = load(p) })
-		return tok, tokErr
-	}
+	c.LoadTokenizer = loadOnce(c.LoadTokenizer)
 	srcs := make([]*mixSource, len(r.Sources))
 	var rawBytes, bytes int64
 	var tTok time.Duration
@@ -86,12 +79,44 @@ func runMix(ctx context.Context, c Config, t0 time.Time) (*Result, error) {
 		bytes += ms.bytes
 		tTok += ms.tokenize
 	}
+	tRead := time.Now()
+	m, err := writeMix(ctx, &c, r, srcs, createdBy(), func() float64 { return time.Since(t0).Seconds() })
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Manifest: m, Format: mixFormat(srcs), InputBytes: rawBytes, Bytes: bytes,
+		Read: tRead.Sub(t0) - tTok, Tokenize: tTok, Write: time.Since(tRead)}, nil
+}
+
+// loadOnce returns load memoized: one tokenizer for every source.
+func loadOnce(load func(string) (*tokenize.Tokenizer, error)) func(string) (*tokenize.Tokenizer, error) {
+	var once sync.Once
+	var tok *tokenize.Tokenizer
+	var err error
+	return func(p string) (*tokenize.Tokenizer, error) {
+		once.Do(func() { tok, err = load(p) })
+		return tok, err
+	}
+}
+
+// mixFormat is Result.Format of a mixture: "mixture NAME:FORMAT+...".
+func mixFormat(srcs []*mixSource) string {
+	var fs []string
+	for _, s := range srcs {
+		fs = append(fs, s.spec.Name+":"+s.format)
+	}
+	return "mixture " + strings.Join(fs, "+")
+}
+
+// writeMix decides the mixture of the sources read (or assembled from a
+// split run's parts) and writes it: the one implementation behind runMix
+// and commitMix, so that both give the same bytes.
+func writeMix(ctx context.Context, c *Config, r *Recipe, srcs []*mixSource, by string, seconds func() float64) (*shard.Manifest, error) {
 	labels, err := mixLabels(r, srcs)
 	if err != nil {
 		return nil, err
 	}
 	c.Layout.Labels = labels
-	tRead := time.Now()
 	plan, err := planMix(r, srcs, c.Seed)
 	if err != nil {
 		return nil, err
@@ -99,10 +124,8 @@ func runMix(ctx context.Context, c Config, t0 time.Time) (*Result, error) {
 	exs, infos := mixExamples(srcs, plan)
 	in := &shardInput{
 		exs: exs, tmpl: &dataset.Template{Name: "recipe", Text: r.Text}, tok: srcs[0].tok,
-		input: r.Path, sources: infos, createdBy: createdBy(),
-		seconds: func() float64 { return time.Since(t0).Seconds() },
+		input: r.Path, sources: infos, createdBy: by, seconds: seconds,
 	}
-	var formats []string
 	for _, s := range srcs {
 		if s.chat != nil && in.chat == nil {
 			in.chat = s.chat
@@ -117,14 +140,8 @@ func runMix(ctx context.Context, c Config, t0 time.Time) (*Result, error) {
 		st.RecordsSplit += s.stats.RecordsSplit
 		st.RecordsDropped += s.stats.RecordsDropped
 		st.InputBytes += s.stats.InputBytes
-		formats = append(formats, s.spec.Name+":"+s.format)
 	}
-	m, err := writeShards(ctx, &c, in)
-	if err != nil {
-		return nil, err
-	}
-	return &Result{Manifest: m, Format: "mixture " + strings.Join(formats, "+"), InputBytes: rawBytes, Bytes: bytes,
-		Read: tRead.Sub(t0) - tTok, Tokenize: tTok, Write: time.Since(tRead)}, nil
+	return writeShards(ctx, c, in)
 }
 
 // sourceConfig is c for source s: its inputs, format, template and labels
@@ -150,12 +167,13 @@ func sourceConfig(c *Config, s *RecipeSource) Config {
 	return sc
 }
 
-// readSource reads and tokenizes source s.
-func readSource(ctx context.Context, c *Config, s *RecipeSource) (*mixSource, error) {
+// resolveSource returns the Config of source s with its format and labels
+// settled, and its input files.
+func resolveSource(ctx context.Context, c *Config, s *RecipeSource) (Config, []string, error) {
 	sc := sourceConfig(c, s)
 	files, err := dataset.Expand(ctx, sc.Inputs)
 	if err != nil {
-		return nil, err
+		return sc, nil, err
 	}
 	if sc.Format == FormatAuto && sc.ChatTemplate == "" && sc.ChatTemplateName == "" {
 		sc.Format = detectFormat(ctx, files)
@@ -170,8 +188,16 @@ func readSource(ctx context.Context, c *Config, s *RecipeSource) (*mixSource, er
 	}
 	if sc.Format == FormatChat {
 		sc.TemplateFile = ""
+	} else {
+		sc.Date = "" // --date is for the chat sources
 	}
-	if err := sc.resolveFormat(ctx, files); err != nil {
+	return sc, files, sc.resolveFormat(ctx, files)
+}
+
+// readSource reads and tokenizes source s.
+func readSource(ctx context.Context, c *Config, s *RecipeSource) (*mixSource, error) {
+	sc, files, err := resolveSource(ctx, c, s)
+	if err != nil {
 		return nil, err
 	}
 	ms := &mixSource{spec: s, format: sc.Format, labels: sc.Layout.Labels}

@@ -304,3 +304,52 @@ func TestMixBadRecipe(t *testing.T) {
 		})
 	}
 }
+
+// TestMixSplitIdentical: a recipe's split run (RunPart for every part, in
+// any order, then Commit) gives Run's bytes, with Alpaca and chat sources,
+// a repeat and a weight, in pack mode.
+func TestMixSplitIdentical(t *testing.T) {
+	ctx := context.Background()
+	recipe := `sources:
+  - name: en
+    inputs: [TESTDATA/alpaca/alpaca_tiny.json, TESTDATA/alpaca/alpaca_zh_demo.json.zst]
+    max_records: 250
+    labels: mask-prompt
+    repeat: 1.5
+  - name: chat
+    inputs: [TESTDATA/chat/fastchat-dummy/dummy_conversation.json.zst]
+    weight: 0.4
+`
+	c := mixConfig(t, recipe, shard.ModePack)
+	c.Ranks = 3
+	ref := c.Out
+	if _, err := Run(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	c.Out = filepath.Join(t.TempDir(), "split")
+	for _, i := range []int{2, 0, 1} {
+		if _, err := RunPart(ctx, c, Part{I: i, N: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A missing part is named.
+	parts := filepath.Join(c.Out, "parts")
+	keep := filepath.Join(t.TempDir(), mixPartName(1, 3))
+	if err := os.Rename(filepath.Join(parts, mixPartName(1, 3)), keep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Commit(ctx, CommitConfig{Out: c.Out, Workers: 2}); err == nil || !strings.Contains(err.Error(), "part 1 of 3 of a mixture missing") {
+		t.Fatalf("commit without part 1: %v", err)
+	}
+	if err := os.Rename(keep, filepath.Join(parts, mixPartName(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Commit(ctx, CommitConfig{Out: c.Out, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Manifest.Sources) != 2 {
+		t.Fatalf("committed manifest has %d sources", len(res.Manifest.Sources))
+	}
+	sameDir(t, ref, c.Out)
+}

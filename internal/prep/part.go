@@ -41,7 +41,7 @@ func RunPart(ctx context.Context, c Config, p Part) (*PartResult, error) {
 		return nil, configErr("--part %d/%d: want I/N with 0 <= I < N <= %d", p.I, p.N, shard.MaxParts)
 	}
 	if c.Recipe != "" {
-		return nil, configErr("--part with --recipe: split runs of mixtures are not implemented yet; run the recipe in one piece")
+		return runMixPart(ctx, c, p)
 	}
 	files, err := dataset.Expand(ctx, c.Inputs)
 	if err != nil {
