@@ -28,7 +28,7 @@ func TestRunIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Hello=9906, " world"=1917, "a"=64, "é"=978 (HF tokenizers 0.23.2).
+	// Hello=9906, " world"=1917, "a"=64, "é"=978, as HF tokenizers encodes them.
 	want := "{\"ids\":[128000,9906,1917]}\n{\"ids\":[128000]}\n{\"ids\":[128000,64,978]}\n"
 	if string(got) != want {
 		t.Errorf("got %q, want %q", got, want)
