@@ -29,6 +29,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 	add(transformersTokenizeJobs(e))
 	add(chatRenderJobs(e))
 	add(dataprepJobs(e))
+	add(mixJobs(e))
 	add(partsJobs(e))
 	add(seedPathJobs(e))
 	add(feedJobs(e))
