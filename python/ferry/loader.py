@@ -142,6 +142,9 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
             return super().__new__(cls)
         if cls is not Loader:
             raise TypeError(f"{cls.__name__} does not take serve=; use ferry.Loader(..., serve=SOCKET)")
+        if kwargs.get("sources"):
+            raise ValueError("sources=True is not supported with serve= yet: the daemon does not send source ids; "
+                             "map the shards (no serve=) to get source_ids")
         from .serve_client import ServeLoader  # the daemon's client: imported only when asked for
 
         return ServeLoader.from_loader_args(serve, path, batch_size, *args, **kwargs)

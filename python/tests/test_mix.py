@@ -149,3 +149,17 @@ def test_resume_on_another_world_size_keeps_the_mixture(mix, w2):
     counts = np.bincount(np.concatenate(ref).ravel() + 1, minlength=3)[1:]
     for i, s in enumerate(m.sources):
         assert s["tokens"] <= counts[i] <= s["tokens"] + (RANKS - 1) * m.seq_len, (s, counts)
+
+
+def test_sources_with_serve_is_refused(mix):
+    with pytest.raises(ValueError, match="sources=True is not supported with serve="):
+        ferry.Loader(str(mix["pad"]), BATCH, rank=0, world_size=RANKS, serve="/nonexistent.sock", sources=True)
+
+
+def test_data_of_one_input_has_source_zero(make_shards):
+    d = make_shards(ranks=2, rows=20, seq_len=8, mode="pack")
+    ld = ferry.Loader(d, 4, rank=0, world_size=2, shuffle=False, sources=True)
+    assert ld.manifest.version == 1 and ld.source_names == ["data"]
+    for b in ld:
+        ids = b["source_ids"].numpy()
+        assert set(np.unique(ids).tolist()) <= {-1, 0} and (ids == 0).any()
