@@ -353,3 +353,33 @@ func TestMixSplitIdentical(t *testing.T) {
 	}
 	sameDir(t, ref, c.Out)
 }
+
+// TestMixTokensAndRelativeInputs: the recipe's tokens sets the output's
+// size when every source has a weight, and relative inputs are relative to
+// the recipe's directory.
+func TestMixTokensAndRelativeInputs(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(alpacaDir, "alpaca_tiny.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tiny.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := mixConfig(t, "tokens: 30000\nsources:\n  - {name: a, inputs: tiny.json, weight: 2}\n  - {name: b, inputs: [TESTDATA/alpaca/alpaca_zh_demo.json.zst], max_records: 100, weight: 1}\n", shard.ModePad)
+	if err := os.Rename(c.Recipe, filepath.Join(dir, "recipe.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	c.Recipe = filepath.Join(dir, "recipe.yaml")
+	res, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := res.Manifest.Sources
+	if src[0].Input != filepath.Join(dir, "tiny.json") || src[0].TokensAsked != 20000 || src[1].TokensAsked != 10000 {
+		t.Fatalf("sources %+v: want a read from %s, targets 20000 and 10000", src, dir)
+	}
+	if d := res.Manifest.Stats.Tokens - 30000; max(d, -d) > 2*int64(c.Layout.SeqLen) {
+		t.Errorf("%d tokens, want 30000 within two records", res.Manifest.Stats.Tokens)
+	}
+}
