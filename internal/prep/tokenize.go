@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/internal/encode"
+	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/tokenize"
 )
 
@@ -26,7 +27,7 @@ type TokenizeConfig struct {
 	PadToken  string
 	Batch     int    // JSONL lines read and encoded per batch
 	Input     string // the input file; "" = the reader Tokenize is given ("stdin")
-	Out       string // "-" or "": the writer Tokenize is given; "none": discard the ids; else a file
+	Out       string // "-" or "": the writer Tokenize is given; "none": discard the ids; else a file, written atomically
 	// LoadTokenizer loads the tokenizer (nil: tokenize.Load).
 	LoadTokenizer func(string) (*tokenize.Tokenizer, error)
 }
@@ -109,17 +110,17 @@ func Tokenize(ctx context.Context, c TokenizeConfig, stdin io.Reader, stdout io.
 		name = "stdin"
 	}
 	var out io.Writer
-	var outFile *os.File
+	var outFile *storage.AtomicFile // a file appears whole, or not at all
 	switch c.Out {
 	case "-", "":
 		out = stdout
 	case "none":
 	default:
-		if outFile, err = os.Create(c.Out); err != nil {
+		if outFile, err = storage.CreateAtomic(c.Out, storage.WithOverwrite(true)); err != nil {
 			return nil, err
 		}
-		defer outFile.Close()
-		out = outFile
+		defer outFile.Abort()
+		out = outFile.File()
 	}
 	loadTime := time.Since(t0)
 	p := &IDs{Enc: enc, Threads: threads, Name: name, Batch: c.Batch, Alpaca: c.Alpaca}
@@ -128,7 +129,7 @@ func Tokenize(ctx context.Context, c TokenizeConfig, stdin io.Reader, stdout io.
 		return nil, err
 	}
 	if outFile != nil {
-		if err := outFile.Close(); err != nil {
+		if err := outFile.Commit(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -29,6 +31,21 @@ func TestTokenize(t *testing.T) {
 		strings.NewReader(in), &out)
 	if err != nil || out.Len() != 0 || r.Tokens != 8 {
 		t.Errorf("--out none, padded to 4: %v, %d bytes written, result %+v", err, out.Len(), r)
+	}
+	// a file is written whole or not at all
+	dir := t.TempDir()
+	f := filepath.Join(dir, "ids.jsonl")
+	if _, err := Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Batch: 1, Out: f}, strings.NewReader(in+"{\"text\":\n"), nil); err == nil || !strings.Contains(err.Error(), "stdin: line 3") {
+		t.Errorf("bad line 3: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("a failed pass left %v", ents)
+	}
+	if _, err := Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Batch: 1, Out: f}, strings.NewReader(in), nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(f); err != nil || string(b) != "{\"ids\":[9707,1879]}\n{\"ids\":[]}\n" {
+		t.Errorf("%s: %q, %v", f, b, err)
 	}
 	_, err = Tokenize(context.Background(), TokenizeConfig{Tokenizer: qwenDir, Batch: 1, Pad: true}, strings.NewReader(in), &out)
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "--pad needs --max-length") {
