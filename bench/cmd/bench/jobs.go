@@ -28,6 +28,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 	add(tokenizerLoadJobs(e))
 	add(transformersTokenizeJobs(e))
 	add(chatRenderJobs(e))
+	add(chatPrepJobs(e))
 	add(dataprepJobs(e))
 	add(mixJobs(e))
 	add(partsJobs(e))
