@@ -62,6 +62,18 @@ def worker(args):
         with torch.device("meta"):
             return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
 
+    # the node's memory before loading: every rank's PSS after its imports
+    # (the timed region's baseline; the peak above it is what loading adds)
+    import psutil
+
+    me = psutil.Process()
+    pss0 = me.memory_full_info().pss
+    if rank == 0:  # the torchrun agent: the sampler counts it too
+        pss0 += me.parent().memory_full_info().pss
+    base = torch.tensor([float(pss0)], dtype=torch.float64)
+    dist.all_reduce(base)
+    import ferry  # imported before the clock, as torch and transformers are
+
     dist.barrier()
     t0 = time.monotonic()
     if args.method == "seed":
@@ -88,8 +100,6 @@ def worker(args):
                                                                       broadcast_from_rank0=True))
         del full
     elif args.method in ("ferry", "ferry-serve"):
-        import ferry
-
         m = shard(meta())
         ferry.load_pretrained(m, path, serve=args.serve if args.method == "ferry-serve" else None)
     else:
@@ -104,23 +114,32 @@ def worker(args):
     dist.all_reduce(s)
     if rank == 0:
         with open(args.out, "w") as f:
-            json.dump({"seconds": dt, "checksum": s.item()}, f)
+            json.dump({"seconds": dt, "checksum": s.item(), "baseline_pss": base.item()}, f)
     dist.destroy_process_group()
 
 
-def make_model(d):
+# full: ~1.7 GB in 4 files (the issue's "at least 1.5 GB"); quick: ~0.2 GB in 3
+SIZES = {
+    "full": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                 num_attention_heads=16, num_key_value_heads=4, max_shard_size="500MB"),
+    "quick": dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=4, max_shard_size="80MB"),
+}
+
+
+def make_model(d, size="full"):
     import torch
     import transformers
 
     if os.path.exists(os.path.join(d, "model.safetensors.index.json")):
         return
-    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
-                                   num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
-                                   tie_word_embeddings=False)
+    kw = dict(SIZES[size])
+    shard = kw.pop("max_shard_size")
+    cfg = transformers.LlamaConfig(max_position_embeddings=2048, tie_word_embeddings=False, **kw)
     torch.manual_seed(0)
     with torch.no_grad():
         m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    m.save_pretrained(d + ".tmp", max_shard_size="500MB")
+    m.save_pretrained(d + ".tmp", max_shard_size=shard)
     os.rename(d + ".tmp", d)
 
 
@@ -175,7 +194,57 @@ def run_method(args, method, sock, daemon_pid):
     with open(out) as f:
         r = json.load(f)
     r.update(method=method, peak_node_pss=peak[0], wall=time.monotonic() - t0)
+    r["peak_above_baseline"] = max(0.0, peak[0] - r["baseline_pss"])
     return r
+
+
+def model_files(d):
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors"))
+    return files, sum(os.path.getsize(f) for f in files)
+
+
+def one(args):
+    """One method, as a side of a bench/cmd/bench job: warm the page cache,
+    run the method (with its own ferry-serve for ferry-serve), and print the
+    bench line; the checksum goes to --out-json for the job's check."""
+    model = os.path.join(args.dir, "model")
+    files, size = model_files(model)
+    for f in files:
+        subprocess.run(["cat", f], stdout=subprocess.DEVNULL, check=True)
+    sock, daemon = None, None
+    if args.one == "ferry-serve":
+        sock = os.path.join(args.dir, f"ferry-{os.getpid()}.sock")
+        daemon = subprocess.Popen([args.ferry_serve, "--socket", sock, "--quiet"])
+        for _ in range(500):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+    try:
+        r = run_method(args, args.one, sock, daemon.pid if daemon else None)
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait()
+    with open(args.out_json, "w") as f:
+        json.dump(r, f)
+    fl = dd_direct(files)
+    print(json.dumps({"bench": {"load_s": r["seconds"], "load_over_dd_floor": r["seconds"] / fl, "dd_direct_s": fl, "peak_node_pss_mb": r["peak_node_pss"] / 1e6,
+                                "peak_above_baseline_mb": r["peak_above_baseline"] / 1e6,
+                                "peak_above_baseline_over_checkpoint": r["peak_above_baseline"] / size,
+                                "checkpoint_mb": size / 1e6}}), flush=True)
+
+
+def dd_direct(files):
+    """Seconds for dd iflag=direct of the files: the disk's read floor."""
+    t0 = time.monotonic()
+    for f in files:
+        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M", "iflag=direct"], check=True, capture_output=True)
+    return time.monotonic() - t0
+
+
+def read_floor(args):
+    files, size = model_files(os.path.join(args.dir, "model"))
+    print(json.dumps({"dd_direct_s": dd_direct(files), "bytes": size, "files": len(files)}))
 
 
 def main():
@@ -189,19 +258,25 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--methods", default="ferry,ferry-serve,dcp-hf,rank0-bcast,seed")
     ap.add_argument("--ferry-serve", default=os.path.join(HERE, "..", "..", "bin", "ferry-serve"))
+    ap.add_argument("--size", choices=sorted(SIZES), default="full", help="the checkpoint made in DIR/model")
+    ap.add_argument("--make", action="store_true", help="only make DIR/model")
+    ap.add_argument("--floor", action="store_true", help="only print the dd iflag=direct floor of DIR/model")
+    ap.add_argument("--one", help="only this method, with a bench line (a bench/cmd/bench side)")
+    ap.add_argument("--out-json", help="--one: where its result goes")
     args = ap.parse_args()
     if args.worker:
         return worker(args)
     os.makedirs(args.dir, exist_ok=True)
     model = os.path.join(args.dir, "model")
-    make_model(model)
-    files = sorted(os.path.join(model, f) for f in os.listdir(model) if f.endswith(".safetensors"))
-    size = sum(os.path.getsize(f) for f in files)
-    t0 = time.monotonic()
-    for f in files:
-        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M", "iflag=direct"], check=True,
-                       capture_output=True)
-    floor = time.monotonic() - t0
+    make_model(model, args.size)
+    if args.make:
+        return 0
+    if args.floor:
+        return read_floor(args)
+    if args.one:
+        return one(args)
+    files, size = model_files(model)
+    floor = dd_direct(files)
     for f in files:  # warm: every method reads from the page cache
         subprocess.run(["cat", f], stdout=subprocess.DEVNULL, check=True)
     sock = os.path.join(args.dir, "ferry.sock")

@@ -36,6 +36,7 @@ func buildJobs(e *env) ([]harness.Job, []string) {
 	add(feedJobs(e))
 	add(feedAnchorJobs(e))
 	add(ckptJobs(e))
+	add(loadPretrainedJobs(e))
 	add(storageJobs(e))
 	return jobs, inputs
 }
