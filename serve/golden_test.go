@@ -63,7 +63,8 @@ func goldenDoc(t *testing.T) map[string]any {
 		"slot_header_size":        SlotHeaderSize,
 		"slot_align":              SlotAlign,
 		"column_align":            ColumnAlign,
-		"msg_types":               map[string]any{"hello": MsgHello, "welcome": MsgWelcome, "plan": MsgPlan, "error": MsgError},
+		"msg_types": map[string]any{"hello": MsgHello, "welcome": MsgWelcome, "plan": MsgPlan, "error": MsgError,
+			"file": MsgFile, "file_data": MsgFileData},
 		"error_codes": map[string]any{"bad_request": CodeBadRequest, "not_served": CodeNotServed, "limit": CodeLimit,
 			"shutdown": CodeShutdown, "io": CodeIO},
 		"dtypes":  map[string]any{"int32": DTypeInt32, "int64": DTypeInt64},
@@ -75,6 +76,12 @@ func goldenDoc(t *testing.T) map[string]any {
 				"hex": hex.EncodeToString(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))},
 			"plan": map[string]any{"fields": map[string]any{"runs": [][4]uint32{{1, 10, 4, 1}, {3, 0xfffffffe, 1, 0}, {0, 7, 5, 0}}},
 				"hex": hex.EncodeToString(AppendPlan(nil, runs))},
+			"file": map[string]any{"fields": map[string]any{"path": "s3://models/qwen", "file": "model-00001-of-00002.safetensors", "offset": 8, "length": 4096},
+				"hex": hex.EncodeToString(appendJSONMsg(MsgFile, FileRequest{Path: "s3://models/qwen", File: "model-00001-of-00002.safetensors", Offset: 8, Length: 4096}))},
+			"file_data": map[string]any{"fields": map[string]any{"size": 4096, "file_size": 1 << 32, "missing": false},
+				"hex": hex.EncodeToString(appendJSONMsg(MsgFileData, FileData{Size: 4096, FileSize: 1 << 32}))},
+			"file_data_missing": map[string]any{"fields": map[string]any{"size": 0, "file_size": 0, "missing": true},
+				"hex": hex.EncodeToString(appendJSONMsg(MsgFileData, FileData{Missing: true}))},
 			"error": map[string]any{"fields": map[string]any{"code": CodeShutdown, "text": "ferry-serve is shutting down"},
 				"hex": hex.EncodeToString(AppendError(nil, CodeShutdown, "ferry-serve is shutting down"))},
 		},
@@ -125,6 +132,14 @@ func TestProtocolGolden(t *testing.T) {
 			t.Fatalf("%s: %v, type %d", name, err, h.Type)
 		}
 		return p
+	}
+	var fr FileRequest
+	if err := json.Unmarshal(msg("file", MsgFile), &fr); err != nil || fr != (FileRequest{"s3://models/qwen", "model-00001-of-00002.safetensors", 8, 4096}) {
+		t.Errorf("file: %+v %v", fr, err)
+	}
+	var fd FileData
+	if err := json.Unmarshal(msg("file_data", MsgFileData), &fd); err != nil || fd != (FileData{Size: 4096, FileSize: 1 << 32}) {
+		t.Errorf("file_data: %+v %v", fd, err)
 	}
 	if h, err := ParseHello(msg("hello", MsgHello)); err != nil || h != (Hello{1, 4, 8, 3, -1}) {
 		t.Errorf("hello: %+v %v", h, err)

@@ -6,6 +6,7 @@ against that file. Only codecs and layout live here: no sockets, no
 loader (see :mod:`ferry.serve_client`).
 """
 
+import json
 import struct
 
 import numpy as np
@@ -56,6 +57,27 @@ REQUIRED_SEALS = _F_SEAL_SEAL | _F_SEAL_SHRINK | _F_SEAL_GROW
 # -- messages ------------------------------------------------------------------
 def _msg(typ, payload):
     return MSG_HEADER.pack(MSG_MAGIC, typ, 0, len(payload), 0) + payload
+
+
+def encode_file_request(path, file, offset, length):
+    """MSG_FILE: bytes [offset, offset+length) of a model file (length 0:
+    the whole file; offset = length = 0 with only the size wanted is a
+    stat). The payload is JSON with the keys of serve.FileRequest."""
+    req = {"path": path, "file": file, "offset": offset, "length": length}
+    return _msg(MSG_FILE, json.dumps(req, separators=(",", ":")).encode())
+
+
+def parse_file_data(payload):
+    """MSG_FILE_DATA's payload (serve.FileData): a dict with ``size``,
+    ``file_size`` and ``missing``, absent keys as their zero values."""
+    try:
+        d = json.loads(bytes(payload))
+    except ValueError as e:
+        raise ProtocolError(f"FILEDATA payload is not JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise ProtocolError(f"FILEDATA payload is {type(d).__name__}, want an object")
+    return {"size": int(d.get("size", 0)), "file_size": int(d.get("file_size", 0)),
+            "missing": bool(d.get("missing", False))}
 
 
 def encode_hello(slots, max_rows, rank=-1, worker=-1, version=VERSION):

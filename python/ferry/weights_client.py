@@ -16,7 +16,6 @@ the memfd, or {"missing": true}. A daemon that exits or is killed mid-load
 gives :class:`ferry.DaemonGone`.
 """
 
-import json
 import mmap
 import os
 import socket
@@ -26,7 +25,8 @@ import threading
 import numpy as np
 
 from .errors import CheckpointError, DaemonGone, ProtocolError, ServeError
-from .protocol import CODE_SHUTDOWN, MAX_MSG_SIZE, MSG_ERROR, MSG_FILE, MSG_FILE_DATA, _msg, parse_error, parse_msg
+from .protocol import (CODE_SHUTDOWN, MAX_MSG_SIZE, MSG_ERROR, MSG_FILE_DATA, encode_file_request, parse_error,
+                       parse_file_data, parse_msg)
 
 DEFAULT_SOCKET = "/tmp/ferry-serve.sock"
 
@@ -62,11 +62,10 @@ class ServeSource:
         """(FileData dict, memfd or None)."""
         if self._sock is None:
             raise ServeError(f"{self.socket_path}: connection closed")
-        req = json.dumps({"path": self.path, "file": file, "offset": offset, "length": length}).encode()
         gone = (f"ferry-serve at {self.socket_path} closed the connection while loading {self.name(file)}: "
                 "the daemon exited or was killed; restart it and load again")
         try:
-            self._sock.sendall(_msg(MSG_FILE, req))
+            self._sock.sendall(encode_file_request(self.path, file, offset, length))
             msg, fds, _, _ = socket.recv_fds(self._sock, MAX_MSG_SIZE + 1, 1)
         except socket.timeout:
             raise DaemonGone(f"ferry-serve at {self.socket_path}: no answer for {self.name(file)} within "
@@ -88,8 +87,8 @@ class ServeSource:
             for fd in fds:
                 os.close(fd)
             raise ProtocolError(f"{self.socket_path}: got message type {typ}, want FILEDATA ({MSG_FILE_DATA})")
-        info = json.loads(bytes(p))
-        if info.get("missing"):
+        info = parse_file_data(p)
+        if info["missing"]:
             return info, None
         if len(fds) != 1:
             for fd in fds:

@@ -96,7 +96,7 @@ def test_protocol_golden():
     assert g["slot_header_size"] == sc.SLOT_HEADER_SIZE == sc._SLOT_HEADER.size + 48
     assert g["slot_align"] == sc.SLOT_ALIGN and g["column_align"] == sc.COLUMN_ALIGN
     assert g["msg_types"] == {"hello": sc.MSG_HELLO, "welcome": sc.MSG_WELCOME, "plan": sc.MSG_PLAN,
-                              "error": sc.MSG_ERROR}
+                              "error": sc.MSG_ERROR, "file": sc.MSG_FILE, "file_data": sc.MSG_FILE_DATA}
     assert g["error_codes"] == {"bad_request": sc.CODE_BAD_REQUEST, "not_served": sc.CODE_NOT_SERVED,
                                 "limit": sc.CODE_LIMIT, "shutdown": sc.CODE_SHUTDOWN, "io": sc.CODE_IO}
     assert g["dtypes"] == {"int32": sc.DTYPE_INT32, "int64": sc.DTYPE_INT64}
@@ -111,6 +111,12 @@ def test_protocol_golden():
     assert typ == sc.MSG_WELCOME and sc.parse_welcome(p) == (f["shm_size"], f["info"].encode())
     f = m["plan"]["fields"]
     assert sc.encode_plan(f["runs"]).hex() == m["plan"]["hex"]
+    # model files (load_pretrained through the daemon: ferry.weights_client)
+    f = m["file"]["fields"]
+    assert sc.encode_file_request(f["path"], f["file"], f["offset"], f["length"]).hex() == m["file"]["hex"]
+    for name in ("file_data", "file_data_missing"):
+        typ, p = sc.parse_msg(bytes.fromhex(m[name]["hex"]))
+        assert typ == sc.MSG_FILE_DATA and sc.parse_file_data(p) == m[name]["fields"], name
     f = m["error"]["fields"]
     assert sc.encode_error(f["code"], f["text"]).hex() == m["error"]["hex"]
     typ, p = sc.parse_msg(bytes.fromhex(m["error"]["hex"]))
