@@ -183,13 +183,13 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
     # -- iteration -------------------------------------------------------
     def __iter__(self):
         sched = self._sched
-        epoch, start, p0, ws0, o, n = sched.begin()
-        W, w = self.world_size, self.rank
+        cur = sched.begin()
+        W, w, n = self.world_size, self.rank, cur.batches
         wi = torch.utils.data.get_worker_info()
         wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
         if self.prefetch and W == self.manifest.ranks and n > wid:
             self.shards.shard(w).prefetch()
-        shards, rows, counts = o.blocks(start + wid * W + w, len(range(wid, n, nw)), nw * W)
+        shards, rows, counts = cur.order.blocks(cur.start + wid * W + w, len(range(wid, n, nw)), nw * W)
         get, from_numpy, pack, mask = self.shards.shard, torch.from_numpy, self._pack, self.attention_mask
         for j, u in enumerate(range(wid, n, nw)):
             sf = get(shards[j])
@@ -204,10 +204,10 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
                 batch = {"input_ids": from_numpy(ids), "length": from_numpy(third), "labels": from_numpy(labels)}
             if self.sources:
                 batch["source_ids"] = from_numpy(sf.source_ids(rows[j], counts[j]))
-            sched.extras(batch, third, pack, epoch, start, p0, ws0, u)
+            sched.extras(batch, third, pack, cur, u)
             # Advance before yielding: state_dict() taken while the caller
             # holds batch u resumes at batch u+1.
-            sched.advance(epoch, start, p0, ws0, u + 1)
+            sched.advance(cur, u + 1)
             yield batch
 
     def _mask(self, length):
@@ -249,9 +249,9 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         sched = self.dataset._sched
-        epoch, start, p0, ws0, _, _ = sched.begin()
+        cur = sched.begin()
         for n, batch in enumerate(super().__iter__(), 1):
-            sched.advance(epoch, start, p0, ws0, n)
+            sched.advance(cur, n)
             yield batch
 
     def state_dict(self):

@@ -47,6 +47,25 @@ class _ShardCounts:
         return self._shards.shard(rank).loss_token_prefix()
 
 
+class Cursor:
+    """Where one iteration of a loader began (:meth:`Schedule.begin`): the
+    epoch and the blocks the whole job had consumed, the
+    gradient-accumulation phase and the start of its window, the epoch's
+    :class:`EpochOrder` and the number of batches this rank yields. The
+    loaders pass it back to :meth:`Schedule.extras` and
+    :meth:`Schedule.advance` with the index of a batch."""
+
+    __slots__ = ("epoch", "start", "phase", "window_start", "order", "batches")
+
+    def __init__(self, epoch, start, phase, window_start, order, batches):
+        self.epoch, self.start, self.phase, self.window_start = epoch, start, phase, window_start
+        self.order, self.batches = order, batches
+
+    def block(self, u, world_size, rank):
+        """(shard, first row, rows) of this rank's batch u."""
+        return self.order.block(self.start + u * world_size + rank)
+
+
 class Schedule:
     """The global order as one rank walks it. ``manifest`` is a
     :class:`ferry.Manifest` (or the daemon's description of one); the other
@@ -104,41 +123,39 @@ class Schedule:
 
     def begin(self):
         """Roll over to the next epoch when the current one is consumed;
-        returns the iteration's start: (epoch, consumed, phase, window start,
-        EpochOrder, batches this rank yields)."""
+        returns the iteration's start, a :class:`Cursor`."""
         if self.consumed and self.order(self.epoch).steps(self.consumed, self.world_size) == 0:
             self.epoch += 1
             self.consumed = 0
         o = self.order(self.epoch)
-        return self.epoch, self.consumed, self.phase, self.window_start, o, o.steps(self.consumed, self.world_size)
+        return Cursor(self.epoch, self.consumed, self.phase, self.window_start, o, o.steps(self.consumed, self.world_size))
 
     def plan(self):
         """What the next iteration yields on this rank: a list of (shard,
         first row, rows), one per batch."""
-        _, c, _, _, o, n = self.begin()
-        W = self.world_size
-        return [o.block(c + u * W + self.rank) for u in range(n)]
+        cur = self.begin()
+        return [cur.block(u, self.world_size, self.rank) for u in range(cur.batches)]
 
-    def advance(self, epoch, start, p0, ws0, m):
-        """Position after m micro-batches of an iteration that began at
-        (epoch, start) with phase p0 (window start ws0 when p0 > 0)."""
+    def advance(self, cur, m):
+        """Position after m micro-batches of the iteration that began at
+        ``cur``."""
         W, A = self.world_size, self.grad_accum
-        self.consumed = start + m * W
-        self.phase = (p0 + m) % A
+        self.consumed = cur.start + m * W
+        self.phase = (cur.phase + m) % A
         if self.phase == 0:
             self.window_start = None
         else:
-            k = (m - 1) - (p0 + m - 1) % A
-            self.window_start = (epoch, start + k * W) if k >= 0 else ws0
+            k = (m - 1) - (cur.phase + m - 1) % A
+            self.window_start = (cur.epoch, cur.start + k * W) if k >= 0 else cur.window_start
 
-    def extras(self, batch, position_ids, pack, epoch, start, p0, ws0, u):
+    def extras(self, batch, position_ids, pack, cur, u):
         """Add the pack-mode attention keys and num_items_in_batch to
-        micro-batch u of the iteration that began at (epoch, start)."""
+        micro-batch u of the iteration that began at ``cur``."""
         if pack:
             batch.update(pack_kwargs(position_ids))
             batch["use_cache"] = False
         if self._counter is not None:
-            batch["num_items_in_batch"] = self._step_items(epoch, start, p0, ws0, u)
+            batch["num_items_in_batch"] = self._step_items(cur, u)
         return batch
 
     # -- loss tokens (num_items_in_batch) ----------------------------------
@@ -232,12 +249,11 @@ class Schedule:
         self._window = (key, n, items)
         return n
 
-    def _step_items(self, epoch, start, p0, ws0, u):
-        """num_items_in_batch of micro-batch u of an iteration that began at
-        (epoch, start) with phase p0 (window start ws0 when p0 > 0): one
-        tensor per window, shared by its micro-batches."""
-        k = u - (p0 + u) % self.grad_accum
-        key = (epoch, start + k * self.world_size) if k >= 0 else ws0
+    def _step_items(self, cur, u):
+        """num_items_in_batch of micro-batch u of the iteration that began
+        at ``cur``: one tensor per window, shared by its micro-batches."""
+        k = u - (cur.phase + u) % self.grad_accum
+        key = (cur.epoch, cur.start + k * self.world_size) if k >= 0 else cur.window_start
         self.window_loss_tokens(*key)
         return self._window[2]
 

@@ -469,8 +469,8 @@ class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
 
     def __iter__(self):
         sched = self._sched
-        epoch, start, p0, ws0, o, n = sched.begin()
-        W, w = self.world_size, self.rank
+        cur = sched.begin()
+        W, w, n = self.world_size, self.rank, cur.batches
         wi = torch.utils.data.get_worker_info()
         wid, nw = (0, 1) if wi is None else (wi.id, wi.num_workers)
         copy = wi is not None  # batches leave a worker asynchronously: never hand out ring views there
@@ -490,7 +490,7 @@ class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
             part = us[planned:planned + chunk]
             runs = np.empty((len(part), 4), dtype="<u4")
             for i, u in enumerate(part):
-                runs[i, 0], runs[i, 1], runs[i, 2] = o.block(start + u * W + w)
+                runs[i, 0], runs[i, 1], runs[i, 2] = cur.block(u, W, w)
             runs[:, 3] = 0
             conn.plan(runs)
             planned += len(part)
@@ -501,8 +501,8 @@ class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
                 plan_more()
             slot, rows = conn.wait()
             batch = conn.batch(slot, rows, self.attention_mask, copy)
-            sched.extras(batch, batch.get("position_ids"), self._pack, epoch, start, p0, ws0, u)
-            sched.advance(epoch, start, p0, ws0, u + 1)
+            sched.extras(batch, batch.get("position_ids"), self._pack, cur, u)
+            sched.advance(cur, u + 1)
             yield batch
             # The caller asked for the next batch: the one just yielded is
             # released and its slot can be refilled.
