@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,20 +57,9 @@ func runCommit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, "run dataprep commit --help for usage")
 		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
-	// OUT may come before or after the flags.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
 	switch {
 	case len(pos) != 1:

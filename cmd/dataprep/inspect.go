@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,19 +37,13 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	verify := fs.Bool("verify", false, "check every shard's size, structure and SHA-256 against the manifest")
 	full := fs.Bool("full", false, "print the whole decoded text of each segment")
 	jsonOut := fs.Bool("json", false, "print the manifest (and the row's ids) as JSON")
-	// Accept DIR before or after the flags.
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
 	var dir string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		dir, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if dir == "" && fs.NArg() > 0 {
-		dir = fs.Arg(0)
+	if len(pos) > 0 {
+		dir = pos[0]
 	}
 	if dir == "" {
 		fs.Usage()
