@@ -67,6 +67,9 @@ type SourceInfo struct {
 	Input    string `json:"input"`    // the files read, in order
 	Labels   Labels `json:"labels"`   // the source's labels policy
 	Template string `json:"template"` // the name of its (prompt or chat) template
+	// Chat is a chat source's template SHA-256 and date (Manifest.Chat
+	// is the first chat source's).
+	Chat *ChatInfo `json:"chat,omitempty"`
 	// Weight (a share of the output's tokens, as the recipe gives it) or
 	// Repeat (epochs of the source): exactly one is set.
 	Weight *float64 `json:"weight,omitempty"`
@@ -450,10 +453,10 @@ func (m *Manifest) OpenFile(path string, rank int, opts ...VerifyOption) (*Reade
 	return r, nil
 }
 
-// fileEntry builds the manifest entry of a mapped shard.
-func fileEntry(r *Reader, rank int, path string) FileEntry {
-	sum := sha256.Sum256(r.Bytes())
-	fe := FileEntry{Rank: rank, Path: path, Bytes: r.Size(), SHA256: hex.EncodeToString(sum[:]), Rows: r.NumRows(),
+// fileEntry builds the manifest entry of a mapped shard whose SHA-256 (hex)
+// is sum.
+func fileEntry(r *Reader, rank int, path, sum string) FileEntry {
+	fe := FileEntry{Rank: rank, Path: path, Bytes: r.Size(), SHA256: sum, Rows: r.NumRows(),
 		Batches: make([]BatchEntry, r.NumBatches())}
 	for i := range fe.Batches {
 		b := r.Batch(i)

@@ -122,16 +122,21 @@ func writeMix(ctx context.Context, c *Config, r *Recipe, srcs []*mixSource, by s
 		return nil, err
 	}
 	exs, infos := mixExamples(srcs, plan)
+	// The manifest's tokenizer record: the first Alpaca source's, whose
+	// add_bos/add_eos say what the post-processor added (a chat template
+	// writes its own special tokens); its chat record: the first chat
+	// source's (every chat source's is in its sources entry).
 	in := &shardInput{
 		exs: exs, tmpl: &dataset.Template{Name: "recipe", Text: r.Text}, tok: srcs[0].tok,
 		input: r.Path, sources: infos, createdBy: by, seconds: seconds,
 	}
+	alpaca := false
 	for _, s := range srcs {
 		if s.chat != nil && in.chat == nil {
 			in.chat = s.chat
 		}
-		if s.format == FormatAlpaca && in.tok.AddBOS != s.tok.AddBOS {
-			in.tok = s.tok // the Alpaca sources' post-processor tokens
+		if s.format == FormatAlpaca && !alpaca {
+			in.tok, alpaca = s.tok, true
 		}
 		st := &in.stats
 		st.RecordsRead += s.stats.RecordsRead
@@ -465,7 +470,7 @@ func mixExamples(srcs []*mixSource, p *mixPlan) ([]shard.Example, []shard.Source
 	for i, s := range srcs {
 		in := &infos[i]
 		in.Name, in.Format, in.Input, in.Labels, in.Template = s.spec.Name, s.format, s.input, s.labels, s.template
-		in.Weight, in.Repeat = s.spec.Weight, s.spec.Repeat
+		in.Weight, in.Repeat, in.Chat = s.spec.Weight, s.spec.Repeat, s.chat
 		in.RecordsRead, in.RecordsSkipped = s.stats.RecordsRead, s.stats.RecordsSkipped
 		for _, u := range p.uses[i] {
 			in.Uses += int64(u)
