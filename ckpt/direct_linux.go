@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -34,4 +35,26 @@ func divides(a uint32, n int) bool { return a > 0 && n%int(a) == 0 }
 func onFUSE(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.FUSE_SUPER_MAGIC
+}
+
+// openDirectRead opens a second descriptor of f's file for O_DIRECT reads
+// (through /proc/self/fd, so it is the same file, whatever happened to its
+// path), or returns nil when f is not a local file or its file system does
+// not support direct reads with alignments dividing directAlign.
+func openDirectRead(f File) *os.File {
+	of, ok := f.(*osFile)
+	if !ok {
+		return nil
+	}
+	d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", of.Fd()), os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil
+	}
+	var st unix.Statx_t
+	err = unix.Statx(int(d.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st)
+	if err != nil || st.Mask&unix.STATX_DIOALIGN == 0 || !divides(st.Dio_mem_align, directAlign) || !divides(st.Dio_offset_align, directAlign) {
+		d.Close()
+		return nil
+	}
+	return d
 }

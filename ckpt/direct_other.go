@@ -16,3 +16,7 @@ func openDirect(path string) *os.File { return nil }
 // onFUSE reports false: FUSE mounts are detected on Linux only, and
 // elsewhere the user asks for WriteSequential.
 func onFUSE(path string) bool { return false }
+
+// openDirectRead reports that direct reads are unsupported: files are read
+// through the page cache.
+func openDirectRead(f File) *os.File { return nil }

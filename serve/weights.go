@@ -189,12 +189,18 @@ func readFile(ctx context.Context, path, file string, offset, length int64) (*os
 		return nil, size, err
 	}
 	defer shm.Unmap(mem)
+	// local files are read with O_DIRECT where the file system takes it:
+	// the node then holds the bytes once (in the memfd), not also in the
+	// page cache; the memfd's mapping is page-aligned, and the chunks are
+	// cut so that all but the last few bytes are aligned reads
+	r := ckpt.NewDirectReader(f)
+	defer r.Close()
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(fileReaders)
-	for at := int64(0); at < length; at += fileReadChunk {
-		end := min(at+fileReadChunk, length)
+	for _, c := range readChunks(offset, length) {
+		at, end := c[0], c[1]
 		g.Go(func() error {
-			n, err := f.ReadAt(mem[at:end], offset+at)
+			n, err := r.ReadAt(mem[at:end], offset+at)
 			if err == io.EOF && int64(n) == end-at {
 				err = nil
 			}
@@ -210,6 +216,26 @@ func readFile(ctx context.Context, path, file string, offset, length int64) (*os
 	}
 	return mfd, size, nil
 }
+
+// readChunks cuts [0, length) of a read at offset into chunks of at most
+// fileReadChunk bytes; when offset is aligned to directAlign the last
+// chunk's unaligned end is a chunk of its own, so that every other chunk
+// can be a direct read.
+func readChunks(offset, length int64) [][2]int64 {
+	var out [][2]int64
+	for at := int64(0); at < length; at += fileReadChunk {
+		end := min(at+fileReadChunk, length)
+		if cut := end &^ (directAlign - 1); end == length && offset%directAlign == 0 && cut > at && cut < end {
+			out = append(out, [2]int64{at, cut}, [2]int64{cut, end})
+			continue
+		}
+		out = append(out, [2]int64{at, end})
+	}
+	return out
+}
+
+// directAlign is the alignment of direct reads (ckpt.DirectReader's).
+const directAlign = 4096
 
 // serveFiles answers MsgFile requests until the client disconnects; first
 // is the payload of the first one.

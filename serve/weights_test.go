@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -133,5 +134,25 @@ func TestModelFiles(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestReadChunks(t *testing.T) {
+	for _, c := range []struct {
+		offset, length int64
+		want           [][2]int64
+	}{
+		{0, 0, nil},
+		{0, 100, [][2]int64{{0, 100}}},
+		{0, 8192, [][2]int64{{0, 8192}}},
+		{0, 8200, [][2]int64{{0, 8192}, {8192, 8200}}},
+		{4096, fileReadChunk + 10, [][2]int64{{0, fileReadChunk}, {fileReadChunk, fileReadChunk + 10}}},
+		{0, 2*fileReadChunk + 5000, [][2]int64{{0, fileReadChunk}, {fileReadChunk, 2 * fileReadChunk}, {2 * fileReadChunk, 2*fileReadChunk + 4096}, {2*fileReadChunk + 4096, 2*fileReadChunk + 5000}}},
+		{8, 8200, [][2]int64{{0, 8200}}}, // unaligned offset: no direct read, one chunk
+	} {
+		got := readChunks(c.offset, c.length)
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("readChunks(%d, %d) = %v, want %v", c.offset, c.length, got, c.want)
+		}
 	}
 }
