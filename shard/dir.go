@@ -221,7 +221,12 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 		return fe, fmt.Errorf("shard: %w", err)
 	}
 	defer a.Abort() // a no-op after Commit
-	bw := newBufWriter(a.File())
+	// The SHA-256 is taken of the bytes as they are written: hashing the
+	// mapped file afterwards would fault every page of it into this
+	// process (a pad-mode shard is hundreds of MB, and 8 are written at
+	// once: GBs of peak RSS for nothing).
+	h := sha256.New()
+	bw := newBufWriter(io.MultiWriter(a.File(), h))
 	w, err := NewWriter(bw, meta, WithBatchRows(batchRows))
 	if err != nil {
 		return fe, err
@@ -257,7 +262,7 @@ func writeFile(ctx context.Context, dir, name string, meta FileMeta, batchRows, 
 	if err != nil {
 		return fe, fmt.Errorf("shard: %s: written file does not read back: %w", name, err)
 	}
-	fe = fileEntry(r, meta.Rank, name)
+	fe = fileEntry(r, meta.Rank, name, hex.EncodeToString(h.Sum(nil)))
 	r.Close()
 	if fe.Rows != rows {
 		return fe, fmt.Errorf("shard: %s: wrote %d rows, read back %d", name, rows, fe.Rows)

@@ -265,7 +265,9 @@ func AddedSpecialIDs(path string) (map[int32]bool, error) {
 // conversation (ErrChatRecord, as a *dataset.RecordError) is passed to
 // onBad: a nil return skips it (counted), an error stops the run. A
 // refused template (ErrTemplate) always stops it, naming the first
-// conversation in input order where it shows. flags[k] is example k's
+// conversation in input order where it shows. Each convs[i] is cleared
+// once it is encoded (the parsed conversations are a run's largest
+// structure; the examples take their place). flags[k] is example k's
 // FlagTruncated and FlagSplit (on the first piece of a split
 // conversation), as EncodeRecordsFlags gives them.
 func (e *ChatEncoder) EncodeChats(ctx context.Context, convs []dataset.Conversation, samples []int64, files []string, locals []int64,
@@ -281,6 +283,7 @@ func (e *ChatEncoder) EncodeChats(ctx context.Context, convs []dataset.Conversat
 		var exFlags []uint8
 		for i := lo; i < hi; i++ {
 			pieces, fl, err := e.encodeOne(&convs[i])
+			convs[i] = dataset.Conversation{} // done with: free it while the rest encode
 			if err != nil {
 				errs[i] = err
 				continue

@@ -224,6 +224,13 @@ func loadChat(ctx context.Context, c *Config, files []string, i, n int) (*chatLo
 	return in, nil
 }
 
+// dropConversations lets the parsed conversations go once they are
+// encoded: they are the run's largest structure (several times the input's
+// size), and writing the shards needs only the examples.
+func (in *chatLoaded) dropConversations() {
+	in.convs, in.samples, in.files, in.locals = nil, nil, nil, nil
+}
+
 // headSamples returns how many of the ascending samples are below n.
 func headSamples(samples []int64, n int64) int {
 	keep, _ := slices.BinarySearch(samples, n)
@@ -255,6 +262,8 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 	if err != nil {
 		return nil, err
 	}
+	nconvs := int64(len(in.convs))
+	in.dropConversations()
 	if st.Skipped > 5 {
 		c.Progress.Logf("skipped %d conversations in all (first 5 shown)", st.Skipped)
 	}
@@ -268,7 +277,7 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 		exs: exs, tmpl: &dataset.Template{Name: in.name, Text: in.text}, tok: in.tokInfo, input: in.input,
 		chat: in.chatInfo(),
 		stats: shard.Stats{
-			RecordsRead:      int64(len(in.convs)) + in.skipped,
+			RecordsRead:      nconvs + in.skipped,
 			RecordsSkipped:   skipped,
 			RecordsTruncated: st.Truncated,
 			RecordsSplit:     st.Split,
@@ -306,6 +315,7 @@ func encodeChatPart(ctx context.Context, c *Config, files []string, p Part) (*pa
 	if err != nil {
 		return nil, err
 	}
+	in.dropConversations()
 	return &partEncoded{exs: exs, flags: flags, tokInfo: in.tokInfo, options: partOptions(c, in.name, in.text, in.chatInfo()),
 		files: files, sizes: in.sizes, pieces: in.pieces, skipped: st.Skipped, truncated: st.Truncated, split: st.Split,
 		dropped: st.DroppedSamples, rawBytes: in.raw, bytes: in.bytes}, nil
