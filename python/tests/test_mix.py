@@ -2,7 +2,10 @@
 loader's source ids are the shards' segments' sources, the loss splits by
 source and sums to the model's loss, and resuming on another world size
 keeps the mixture."""
+import json
+import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -163,3 +166,25 @@ def test_data_of_one_input_has_source_zero(make_shards):
     for b in ld:
         ids = b["source_ids"].numpy()
         assert set(np.unique(ids).tolist()) <= {-1, 0} and (ids == 0).any()
+
+
+def test_torchrun_example_logs_loss_per_source(mix, tmp_path):
+    """examples/torchrun-fsdp on a mixture (two ranks, the stand-in model on
+    pad-mode rows): every step logs the loss of each source."""
+    metrics = tmp_path / "metrics.jsonl"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        os.path.join(REPO, "examples", "torchrun-fsdp", "train.py"), "--tiny", "--vocab-size", "151936",
+                        "--data-dir", str(mix["pad"]), "--labels", "assistant", "--output-dir", str(tmp_path / "out"),
+                        "--checkpoint-dir", str(tmp_path / "ckpt"), "--batch-size", "2", "--grad-accum", "2",
+                        "--max-steps", "3", "--metrics-file", str(metrics)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [x["step"] for x in steps] == [1, 2, 3], steps
+    seen = set()
+    for x in steps:
+        per = x["loss_by_source"]
+        assert set(per) <= {"domain", "chat"} and all(0 < v < 100 for v in per.values()), x
+        seen |= set(per)
+    assert seen == {"domain", "chat"}, steps
+    assert "loss/" in r.stdout
