@@ -87,7 +87,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "\nrank %d row %d (global position %d): length %d of %d, %d segment(s)\n",
 		*rank, *row, *row*m.Ranks+*rank, r.Length, m.SeqLen, len(r.Segments))
 	for _, s := range prep.DescribeRow(&r, m, tok) {
-		fmt.Fprintf(stdout, "  sample %d: tokens [%d, %d)\n", s.Sample, s.Start, s.Start+s.Length)
+		src := ""
+		if int(s.Source) < len(m.Sources) {
+			src = fmt.Sprintf("source %d (%s) ", s.Source, m.Sources[s.Source].Name)
+		}
+		fmt.Fprintf(stdout, "  %ssample %d: tokens [%d, %d)\n", src, s.Sample, s.Start, s.Start+s.Length)
 		fmt.Fprintf(stdout, "    ids     %s\n", idsPreview(s.IDs))
 		fmt.Fprintf(stdout, "    labels  %d of %d tokens carry loss\n", s.Loss, len(s.IDs))
 		if s.Chat {
@@ -180,5 +184,9 @@ func printManifest(w io.Writer, dir string, m *shard.Manifest) {
 	st := m.Stats
 	fmt.Fprintf(w, "  records    %d read, %d skipped, %d truncated\n", st.RecordsRead, st.RecordsSkipped, st.RecordsTruncated)
 	fmt.Fprintf(w, "  tokens     %d (+%d pad), efficiency %.1f%%\n", st.Tokens, st.PadTokens, 100*st.Efficiency)
+	for i, src := range m.Sources {
+		fmt.Fprintf(w, "  source %d   %s (%s): %d records used %.2f times on average, %d tokens, share %.4f (asked %.4f)\n",
+			i, src.Name, src.Format, src.RecordsUsed, src.Repeats, src.Tokens, src.Share, src.ShareAsked)
+	}
 	fmt.Fprintf(w, "  files      %d, %.1f MB, %d batch(es) of up to %d rows each\n", len(m.Files), float64(bytes)/1e6, len(m.Files[0].Batches), m.BatchRows)
 }
