@@ -69,7 +69,7 @@ EXIT_USAGE = 2
 # options that prepare() sets itself
 _RESERVED = {"input", "out", "part", "parts", "json", "quiet"}
 # options that hold a local path the workers must see as the driver does
-_PATH_OPTIONS = {"tokenizer", "template", "cpuprofile"}
+_PATH_OPTIONS = {"tokenizer", "template", "cpuprofile", "recipe"}
 _TAIL_LINES = 40
 
 
@@ -236,7 +236,9 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
             (``"s3://b/alpaca/train-*.parquet"``; dataprep expands it, in
             lexical order), a local directory or an ``s3://`` prefix ending
             in ``/`` (every file directly in it), or a list of these, read
-            in the order given (as ``--input`` repeated).
+            in the order given (as ``--input`` repeated). None with
+            ``recipe=`` (a mixture, docs/mixtures.md: the recipe names each
+            source's inputs; every node must see it and them).
         out: the output directory or ``s3://`` prefix (dataprep ``--out``);
             every node must see it (see the module doc).
         parts: N, the number of parts (default: one per
@@ -273,7 +275,7 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
         ray.init()
     if isinstance(dataprep_args, (str, bytes)):
         raise TypeError("ferry.ray.prepare: dataprep_args is a list of flags, not one string")
-    patterns = _input_patterns(inputs)
+    patterns = [] if inputs is None and options.get("recipe") else _input_patterns(inputs)
     out = _local(out)
     if "workers" not in options:
         options["workers"] = max(1, math.ceil(num_cpus_per_part))
@@ -303,6 +305,8 @@ def prepare(inputs, out, *, parts=None, dataprep_args=(), num_cpus_per_part=1, m
 
     t0 = time.monotonic()
     shown = ", ".join(patterns) if len(patterns) <= 3 else f"{patterns[0]} ... ({len(patterns)} inputs)"
+    if not patterns:
+        shown = f"the recipe {options['recipe']}"
     say(f"{n} parts of {shown} -> {out} over {sum(1 for x in ray.nodes() if x.get('Alive'))} nodes")
     pending = dict(submit(i, 1) for i in range(n))
     runs = [None] * n

@@ -476,3 +476,23 @@ def test_chat_data(cluster, dataprep, tmp_path):
     m = json.load(open(os.path.join(single, "manifest.json")))
     assert m["chat"]["date"] == "2026-07-26" and m["labels"] == "assistant", m
     assert m["stats"]["records_dropped"] > 0 and m["stats"]["records_truncated"] > m["stats"]["records_dropped"], m["stats"]
+
+
+@e2e
+def test_recipe(cluster, dataprep, tmp_path):
+    """A mixture (issue 30): ferry.ray.prepare(None, out, recipe=...) runs
+    the recipe's split run (every source's share per part) and gives one
+    dataprep --recipe run's bytes."""
+    recipe = tmp_path / "mix.yaml"
+    recipe.write_text(f"sources:\n  - name: tiny\n    inputs: [{ALPACA_TINY}]\n    repeat: 2.5\n"
+                      f"  - name: chat\n    inputs: [{CHAT_DUMMY}]\n    weight: 0.5\n")
+    flags = dict(tokenizer=TOKENIZER, seq_len=512, ranks=3, mode="pack", date="2026-07-26", seed=7)
+    out, single = str(tmp_path / "out"), str(tmp_path / "single")
+    s = ferry.ray.prepare(None, out, parts=3, progress=False, recipe=str(recipe), **flags)
+    assert [r["attempts"] for r in s["part_runs"]] == [1] * 3
+    r = subprocess.run([dataprep, "--recipe", str(recipe), *flag_args(flags), "--out", single, "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert_same_output(out, single)
+    m = json.load(open(os.path.join(single, "manifest.json")))
+    assert m["version"] == 2 and [x["name"] for x in m["sources"]] == ["tiny", "chat"], m["sources"]
