@@ -66,13 +66,14 @@ def worker(args):
     # (the timed region's baseline; the peak above it is what loading adds)
     import psutil
 
+    import ferry  # imported before the baseline, as torch and transformers are
+
     me = psutil.Process()
     pss0 = me.memory_full_info().pss
     if rank == 0:  # the torchrun agent: the sampler counts it too
         pss0 += me.parent().memory_full_info().pss
     base = torch.tensor([float(pss0)], dtype=torch.float64)
     dist.all_reduce(base)
-    import ferry  # imported before the clock, as torch and transformers are
 
     dist.barrier()
     t0 = time.monotonic()
@@ -110,7 +111,9 @@ def worker(args):
     # local shards, summed over the ranks
     s = torch.zeros(1, dtype=torch.float64)
     for p in m.parameters():
-        s += p.to_local().double().sum()
+        flat = p.to_local().reshape(-1)
+        for i in range(0, flat.numel(), 1 << 20):  # in pieces: no whole-tensor float64 copy in the peak
+            s += flat[i:i + (1 << 20)].double().sum()
     dist.all_reduce(s)
     if rank == 0:
         with open(args.out, "w") as f:
