@@ -5,9 +5,9 @@
 
 Writes (once) a Llama-shaped random-init bf16 checkpoint of about 1.7 GB in
 several shard files under DIR/model, then, for each method, one torchrun
-launch of N ranks that times, between two barriers (imports and process
-start excluded), everything from nothing to "every rank holds its loaded
-FSDP2 shard":
+launch of N ranks that times, between two barriers (imports, the model's
+modeling module included, and process start excluded), everything from
+nothing to "every rank holds its loaded FSDP2 shard":
 
   seed        from_pretrained(dtype=bf16) on every rank, then fully_shard
               (what the seeds do, with FSDP2 instead of FSDP1)
@@ -66,7 +66,13 @@ def worker(args):
     # (the timed region's baseline; the peak above it is what loading adds)
     import psutil
 
+    import importlib
+
     import ferry  # imported before the baseline, as torch and transformers are
+
+    # the model's modeling module too (transformers imports it lazily, a few
+    # seconds on this machine, the same for every method): start-up, not load
+    importlib.import_module(f"transformers.models.{cfg.model_type}.modeling_{cfg.model_type}")
 
     me = psutil.Process()
     pss0 = me.memory_full_info().pss
