@@ -5,15 +5,19 @@ required). The contract with the Go side is docs/shard-format.md.
 
 Public API:
 
-* :class:`Loader` - the direct feed: an ``IterableDataset`` yielding this
-  rank's batches as zero-copy tensor views of the mapped shard files, with
-  per-epoch reshuffle, ``state_dict()``/``load_state_dict()`` exact resume,
-  also onto a different world size.
+* :func:`Loader` - ``Loader(path, batch_size, ...)``: this rank's batches,
+  a :class:`MappedLoader`, or with ``serve=SOCKET`` a :class:`ServeLoader`,
+  so a trainer switches with one argument. Both are :class:`BaseLoader`\ s
+  (the one loader interface: ``__iter__``, ``len``, ``set_epoch``,
+  ``state_dict()``/``load_state_dict()`` exact resume, also onto a
+  different world size, ``close``).
+* :class:`MappedLoader` - the direct feed: an ``IterableDataset`` yielding
+  this rank's batches as zero-copy tensor views of the mapped shard files,
+  with per-epoch reshuffle.
 * :class:`ServeLoader` - the same feed from the node's ``ferry-serve``
-  daemon; ``Loader(path, batch_size, ..., serve=SOCKET)`` returns one, so a
-  trainer switches with one argument. Its errors: :class:`ServeError`,
-  :class:`DaemonGone` (the daemon exited or was killed).
-* :class:`DataLoader` - ``torch.utils.data.DataLoader`` over a Loader that
+  daemon. Its errors: :class:`ServeError`, :class:`DaemonGone` (the daemon
+  exited or was killed).
+* :class:`DataLoader` - ``torch.utils.data.DataLoader`` over a loader that
   keeps the resume point exact with worker processes.
 * :func:`to_device` - ``.to(device, non_blocking=True)`` + int64 ids on the
   device.
@@ -46,18 +50,15 @@ from .errors import (CheckpointError, DaemonGone, FerryError, LoadError, Manifes
                      MissingShardError, PackingError, ProtocolError, ServeError, ShardError, StateError)
 from .hf import to_hf_dataset
 from .load import load_pretrained
-from .loader import DataLoader, Loader, to_device
+from .loader import BaseLoader, DataLoader, Loader, MappedLoader, to_device
 from .mixture import SourceLoss, loss_by_source, source_means
 from .order import EpochOrder
 from .packing import causal_lm_loss, check_packing, loss_tokens
 from .serve_client import ServeLoader
 from .shards import Manifest, ShardFile, ShardSet, data_dir_mismatches, read_manifest
 
-# A ServeLoader has the Loader's API and order (both own a ferry.schedule.Schedule);
-# isinstance(x, ferry.Loader) holds for both without either inheriting the other.
-Loader.register(ServeLoader)
-
 __all__ = [
+    "BaseLoader",
     "CheckpointError",
     "LoadError",
     "load_pretrained",
@@ -68,6 +69,7 @@ __all__ = [
     "FerryError",
     "Loader",
     "Manifest",
+    "MappedLoader",
     "ManifestError",
     "MissingManifestError",
     "MissingShardError",

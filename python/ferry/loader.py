@@ -32,7 +32,7 @@ Copy policy, stated honestly:
   order of the groups is not.
 * When the manifest's ``batch_rows`` is not a multiple of ``batch_size``, a
   block that straddles two Arrow record batches is concatenated (copied);
-  ``Loader.copies`` counts them. dataprep's default ``batch_rows`` (1024) is a
+  ``MappedLoader.copies`` counts them. dataprep's default ``batch_rows`` (1024) is a
   multiple of every power-of-two batch size.
 * With ``DataLoader(num_workers>0)`` every batch crosses a process boundary,
   which torch does by copying it into shared memory. ``num_workers=0`` is the
@@ -42,13 +42,13 @@ Copy policy, stated honestly:
   ``.to(device, non_blocking=True)`` from the mapping is a synchronous copy of
   pageable memory, which for a 4 x 1024 int32 batch is ~16 KiB per column.
 
-Tensors keep their mapping alive: they stay valid after :meth:`Loader.close`
+Tensors keep their mapping alive: they stay valid after :meth:`MappedLoader.close`
 and across epochs. The mapping is private copy-on-write, so writing into a
 batch tensor changes only this process's copy, never the shard file.
 
-Resuming: :meth:`Loader.state_dict` is the same on every rank (epoch and the
+Resuming: :meth:`BaseLoader.state_dict` is the same on every rank (epoch and the
 number of blocks the whole job consumed), a small dict of ints and strings.
-Save it with the checkpoint; :meth:`Loader.load_state_dict` on a restarted
+Save it with the checkpoint; :meth:`BaseLoader.load_state_dict` on a restarted
 job, with the same or a different world size, continues the same global
 sample order at the next batch. Iterating again after a ``break`` also
 continues where the previous loop stopped; an epoch that was fully consumed
@@ -56,6 +56,7 @@ rolls over to the next epoch, and :meth:`set_epoch` to another epoch restarts
 at that epoch's beginning.
 """
 
+import abc
 import functools
 import warnings
 
@@ -64,7 +65,7 @@ import torch
 import torch.utils.data
 
 from . import dist
-from .schedule import Schedule, Scheduled
+from .schedule import Schedule
 from .shards import ShardSet
 
 
@@ -81,22 +82,103 @@ def _mask_table(L):
     return t
 
 
-class Loader(Scheduled, torch.utils.data.IterableDataset):
-    """Yields this rank's batches of a dataprep output directory.
+class BaseLoader(torch.utils.data.IterableDataset):
+    """What every ferry loader is: an ``IterableDataset`` of this rank's
+    batches that owns a :class:`ferry.schedule.Schedule`.
 
-    ``Loader(path, batch_size, ..., serve=SOCKET)`` returns a
-    :class:`ferry.ServeLoader` instead (registered as a virtual Loader
-    subclass: ``isinstance(x, ferry.Loader)`` holds): the same batches in
-    the same order, with the same state, fed by the node's ``ferry-serve``
-    daemon listening on SOCKET (``serve=True``: ``$FERRY_SERVE_SOCKET`` or
-    /tmp/ferry-serve.sock) rather than by mapping the shards in this
-    process. ``path`` is then checked against the data set the daemon serves
-    when it is a local dataprep directory; ``slots`` and ``timeout`` go to
-    the ServeLoader; ``prefetch`` is the daemon's business and is ignored;
+    :class:`MappedLoader` (maps the shards) and :class:`ferry.ServeLoader`
+    (fed by ``ferry-serve``) subclass it and differ only in how a planned
+    batch becomes tensors (``__iter__``) and what they hold (``close``). The
+    rest, the order, epochs and resume state, is the schedule's and lives
+    here once, so a state saved by one loader resumes the other. Besides the
+    methods below a loader has ``rank``, ``world_size``, ``manifest``,
+    ``attention_mask``, ``sources``, ``source_names`` and ``copies``.
+    ``isinstance(x, ferry.BaseLoader)`` holds for both.
+    """
+
+    batch_size = property(lambda self: self._sched.batch_size)
+    shuffle = property(lambda self: self._sched.shuffle)
+    seed = property(lambda self: self._sched.seed)
+    drop_last = property(lambda self: self._sched.drop_last)
+    grad_accum = property(lambda self: self._sched.grad_accum)
+
+    @abc.abstractmethod
+    def __iter__(self):
+        """This rank's next batches (see :meth:`set_epoch`), advancing the
+        schedule as each batch is yielded."""
+
+    @abc.abstractmethod
+    def close(self):
+        """Let go of the shards or the daemon; tensors already yielded stay
+        valid."""
+
+    @property
+    def epoch(self):
+        return self._sched.epoch
+
+    @property
+    def steps_per_epoch(self):
+        """Batches every rank yields in a whole epoch at this world size."""
+        return self._sched.steps_per_epoch()
+
+    def __len__(self):
+        return self.steps_per_epoch
+
+    def set_epoch(self, epoch):
+        """Select the epoch to iterate. A different epoch starts at its first
+        batch; the current epoch keeps its position (so calling set_epoch
+        after load_state_dict does not lose the resume point)."""
+        self._sched.set_epoch(epoch)
+
+    def schedule(self):
+        """What the next iteration yields on this rank (without workers):
+        a list of (shard, first row, rows), one per batch."""
+        return self._sched.plan()
+
+    def window_loss_tokens(self, epoch, consumed):
+        """Loss tokens of the accumulation window that starts at (epoch,
+        consumed blocks) (see :meth:`Schedule.window_loss_tokens`)."""
+        return self._sched.window_loss_tokens(epoch, consumed)
+
+    def state_dict(self):
+        """The resume point: identical on every rank; plain ints and strings."""
+        return self._sched.state_dict()
+
+    def load_state_dict(self, state):
+        """Resume at the batch after the one that was last yielded when
+        ``state`` was taken, on any world size."""
+        self._sched.load_state_dict(state)
+
+
+def Loader(path, batch_size, *, serve=None, **kwargs):
+    """This rank's batches of a dataprep output directory: a
+    :class:`MappedLoader` (the shards mapped in this process), or with
+    ``serve=SOCKET`` a :class:`ferry.ServeLoader` fed by the node's
+    ``ferry-serve`` daemon listening on SOCKET (``serve=True``:
+    ``$FERRY_SERVE_SOCKET`` or /tmp/ferry-serve.sock). Both are
+    :class:`BaseLoader`\ s: the same batches in the same order, with the same
+    state, so a trainer switches with one argument.
+
+    The keyword arguments are :class:`MappedLoader`'s. With ``serve=``,
+    ``path`` is checked against the data set the daemon serves when it is a
+    local dataprep directory; ``slots`` and ``timeout`` go to the
+    ServeLoader; ``prefetch`` is the daemon's business and is ignored;
     ``verify="sha256"`` is refused (start ``ferry-serve --verify``).
     Differences to keep in mind: a served batch's tensors are views of a
     ring slot that is refilled once the *next* batch is requested (clone a
     batch to keep it longer; ``to_device`` to a GPU copies anyway).
+    """
+    if serve is None or serve is False or serve == "":
+        return MappedLoader(path, batch_size, **kwargs)
+    from .serve_client import ServeLoader  # the daemon's client: imported only when asked for
+
+    return ServeLoader.from_loader_args(serve, path, batch_size, **kwargs)
+
+
+class MappedLoader(BaseLoader):
+    """Yields this rank's batches of a dataprep output directory from its
+    shards, mapped in this process (what ``ferry.Loader(path, batch_size)``
+    returns).
 
     Args:
         path: the dataprep output directory (with manifest.json).
@@ -130,28 +212,12 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
             ``sources`` (a mixture made with ``dataprep --recipe``; 0 for
             data of one input), and -1 on padding. Off by default: remove
             it before ``model(**batch)``; :func:`ferry.loss_by_source`
-            splits the loss with it (docs/mixtures.md). Not with ``serve=``.
-        serve: the socket of this node's ``ferry-serve`` (``True``: the
-            default socket): returns a :class:`ferry.ServeLoader` (see
-            above). None, False or "" (default): this direct loader.
+            splits the loss with it (docs/mixtures.md).
     """
-
-    def __new__(cls, path=None, batch_size=None, *args, serve=None, **kwargs):
-        # Loader(..., serve=SOCKET) is the daemon-fed loader: a plain factory.
-        if serve is None or serve is False or serve == "":
-            return super().__new__(cls)
-        if cls is not Loader:
-            raise TypeError(f"{cls.__name__} does not take serve=; use ferry.Loader(..., serve=SOCKET)")
-        if kwargs.get("sources"):
-            raise ValueError("sources=True is not supported with serve= yet: the daemon does not send source ids; "
-                             "map the shards (no serve=) to get source_ids")
-        from .serve_client import ServeLoader  # the daemon's client: imported only when asked for
-
-        return ServeLoader.from_loader_args(serve, path, batch_size, *args, **kwargs)
 
     def __init__(self, path, batch_size, *, rank=None, world_size=None, shuffle=True, seed=None,
                  drop_last=False, verify="size", attention_mask=True, prefetch=True, grad_accum=1,
-                 num_items_in_batch=None, serve=None, sources=False):
+                 num_items_in_batch=None, sources=False):
         super().__init__()
         self.shards = ShardSet(path, verify=verify)
         m = self.manifest = self.shards.manifest
@@ -168,7 +234,7 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
         if any(b["row_start"] % self.batch_size for f in m.files for b in f["batches"]):
             warnings.warn(
                 f"{m.path}: record batches of {m.batch_rows} rows are not a multiple of batch_size "
-                f"{self.batch_size}: batches that straddle two record batches are copied (see Loader.copies)",
+                f"{self.batch_size}: batches that straddle two record batches are copied (see MappedLoader.copies)",
                 stacklevel=2,
             )
         self._pack = m.mode == "pack"
@@ -224,22 +290,22 @@ class Loader(Scheduled, torch.utils.data.IterableDataset):
 
 
 class DataLoader(torch.utils.data.DataLoader):
-    """``torch.utils.data.DataLoader`` over a :class:`Loader` that keeps the
-    Loader's resume point exact with worker processes.
+    """``torch.utils.data.DataLoader`` over a ferry loader (a
+    :class:`BaseLoader`) that keeps the loader's resume point exact with worker processes.
 
     Workers each take a disjoint, interleaved part of the rank's batches
     (worker i yields batches i, i+N, ...) and torch's in-order delivery puts
     them back in the order ``num_workers=0`` gives. The plain torch
     ``DataLoader(loader, batch_size=None, num_workers=N)`` works the same way
-    but cannot tell the Loader in the main process how far it got; this
+    but cannot tell the loader in the main process how far it got; this
     subclass counts delivered batches, so ``state_dict()`` is exact.
     ``persistent_workers`` is refused: the workers must see each epoch's
     start position.
     """
 
     def __init__(self, dataset, num_workers=0, **kwargs):
-        if not isinstance(dataset, Scheduled):
-            raise TypeError(f"ferry.DataLoader wants a ferry.Loader, got {type(dataset).__name__}")
+        if not isinstance(dataset, BaseLoader):
+            raise TypeError(f"ferry.DataLoader wants a ferry loader (ferry.BaseLoader), got {type(dataset).__name__}")
         if kwargs.get("batch_size") is not None:
             raise ValueError("ferry.Loader yields whole batches: leave batch_size unset (None)")
         if kwargs.get("persistent_workers"):

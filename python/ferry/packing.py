@@ -1,6 +1,6 @@
 """Packed rows whose documents never see each other, and the global token-mean loss.
 
-Isolation. A pack-mode batch from :class:`ferry.Loader` or
+Isolation. A pack-mode batch from :class:`ferry.MappedLoader` or
 :class:`ferry.ServeLoader` is a dict for ``model(**ferry.to_device(batch,
 device))`` that keeps the documents of a packed row apart on every attention
 implementation transformers offers, whatever the batch size::

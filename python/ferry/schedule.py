@@ -2,11 +2,11 @@
 where the job stands (epoch, consumed blocks, gradient-accumulation phase),
 the resume state, and each optimizer step's loss-token count.
 
-:class:`ferry.Loader` (maps the shards) and :class:`ferry.ServeLoader` (is fed
-by ``ferry-serve``) each own one :class:`Schedule` and differ only in how a
-planned batch becomes tensors; :class:`Scheduled` gives both the same public
-methods (``set_epoch``, ``schedule``, ``state_dict``...), so a state saved by
-one resumes the other.
+:class:`ferry.MappedLoader` (maps the shards) and :class:`ferry.ServeLoader`
+(is fed by ``ferry-serve``) each own one :class:`Schedule` and differ only in
+how a planned batch becomes tensors; their base :class:`ferry.BaseLoader`
+gives both the same public methods (``set_epoch``, ``schedule``,
+``state_dict``...) over it, so a state saved by one resumes the other.
 """
 
 import os
@@ -69,7 +69,7 @@ class Cursor:
 class Schedule:
     """The global order as one rank walks it. ``manifest`` is a
     :class:`ferry.Manifest` (or the daemon's description of one); the other
-    arguments are :class:`ferry.Loader`'s."""
+    arguments are :class:`ferry.MappedLoader`'s."""
 
     def __init__(self, manifest, batch_size, rank, world_size, *, shuffle=True, seed=None, drop_last=False,
                  grad_accum=1):
@@ -311,51 +311,3 @@ class Schedule:
                 raise StateError(f"loader state has accum_phase={phase!r}, want 0..{self.grad_accum - 1}")
         self.epoch, self.consumed = epoch, consumed
         self.phase, self.window_start = (phase, tuple(window)) if phase else (0, None)
-
-
-class Scheduled:
-    """The public schedule methods of a loader that owns a :class:`Schedule`
-    as ``_sched`` (both ferry loaders)."""
-
-    batch_size = property(lambda self: self._sched.batch_size)
-    shuffle = property(lambda self: self._sched.shuffle)
-    seed = property(lambda self: self._sched.seed)
-    drop_last = property(lambda self: self._sched.drop_last)
-    grad_accum = property(lambda self: self._sched.grad_accum)
-
-    @property
-    def epoch(self):
-        return self._sched.epoch
-
-    @property
-    def steps_per_epoch(self):
-        """Batches every rank yields in a whole epoch at this world size."""
-        return self._sched.steps_per_epoch()
-
-    def __len__(self):
-        return self.steps_per_epoch
-
-    def set_epoch(self, epoch):
-        """Select the epoch to iterate. A different epoch starts at its first
-        batch; the current epoch keeps its position (so calling set_epoch
-        after load_state_dict does not lose the resume point)."""
-        self._sched.set_epoch(epoch)
-
-    def schedule(self):
-        """What the next iteration yields on this rank (without workers):
-        a list of (shard, first row, rows), one per batch."""
-        return self._sched.plan()
-
-    def window_loss_tokens(self, epoch, consumed):
-        """Loss tokens of the accumulation window that starts at (epoch,
-        consumed blocks) (see :meth:`Schedule.window_loss_tokens`)."""
-        return self._sched.window_loss_tokens(epoch, consumed)
-
-    def state_dict(self):
-        """The resume point: identical on every rank; plain ints and strings."""
-        return self._sched.state_dict()
-
-    def load_state_dict(self, state):
-        """Resume at the batch after the one that was last yielded when
-        ``state`` was taken, on any world size."""
-        self._sched.load_state_dict(state)

@@ -4,11 +4,11 @@ One ``ferry-serve`` per node maps the data set's shards (fetching them from S3
 first when needed); every training process connects to its Unix socket and
 receives a private, sealed shared-memory ring of batch slots plus an eventfd.
 :class:`ServeLoader` has the same API and yields the same batches, in the same
-order, as the direct :class:`ferry.Loader`: both own a
-:class:`ferry.schedule.Schedule`, so epochs, shuffling,
-``state_dict()``/``load_state_dict()``, resume on another world size and
-:class:`ferry.DataLoader` work the same, and a state saved by one resumes the
-other (``isinstance(x, ferry.Loader)`` holds for both)::
+order, as the direct :class:`ferry.MappedLoader`: both are
+:class:`ferry.BaseLoader`\ s owning a :class:`ferry.schedule.Schedule`, so
+epochs, shuffling, ``state_dict()``/``load_state_dict()``, resume on another
+world size and :class:`ferry.DataLoader` work the same, and a state saved by
+one resumes the other::
 
     # on each node:  ferry-serve --data /vol/alpaca-qwen --ranks 0-7 --socket /tmp/ferry.sock &
     loader = ferry.Loader("/vol/alpaca-qwen", 4, serve="/tmp/ferry.sock")  # a ServeLoader
@@ -60,7 +60,8 @@ from .protocol import (CODE_NOT_SERVED, CODE_SHUTDOWN, COLUMNS, MAX_MSG_SIZE, MA
                        MODE_PACK, MSG_ERROR, MSG_WELCOME, REQUIRED_SEALS, RUN_CONTINUES, SHM_HEADER_SIZE, SLOT_FILLED,
                        _DTYPES, _F_GET_SEALS, _SLOT_HEADER, encode_hello, encode_plan, parse_error, parse_header,
                        parse_msg, parse_welcome)
-from .schedule import Schedule, Scheduled
+from .loader import BaseLoader
+from .schedule import Schedule
 from .shards import Manifest, read_manifest
 
 DEFAULT_SOCKET = "/tmp/ferry-serve.sock"
@@ -349,8 +350,8 @@ class _InfoManifest:
         self.served_ranks = list(info.get("served_ranks", range(self.ranks)))
 
 
-class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
-    """A :class:`ferry.Loader` fed by ``ferry-serve`` instead of mapping the
+class ServeLoader(BaseLoader):
+    """A :class:`ferry.BaseLoader` fed by ``ferry-serve`` instead of mapping the
     shards itself: same arguments (minus the path, plus the socket), same
     batches, same order, same state.
 
@@ -358,8 +359,8 @@ class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
         socket: the daemon's socket (default ``$FERRY_SERVE_SOCKET`` or
             /tmp/ferry-serve.sock).
         batch_size, rank, world_size, shuffle, seed, drop_last,
-        attention_mask: as for :class:`ferry.Loader`.
-        grad_accum, num_items_in_batch: as for :class:`ferry.Loader`; the
+        attention_mask: as for :class:`ferry.MappedLoader`.
+        grad_accum, num_items_in_batch: as for :class:`ferry.MappedLoader`; the
             loss tokens are counted from the shards in ``data_dir``.
         data_dir: a local copy of the data set's dataprep directory
             (``Loader(path, serve=...)`` passes ``path``): checked against
@@ -378,7 +379,7 @@ class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
         if serve is not None:
             raise TypeError("ServeLoader does not take serve=: its first argument is the socket "
                             "(or use ferry.Loader(path, ..., serve=SOCKET))")
-        torch.utils.data.IterableDataset.__init__(self)
+        super().__init__()
         if batch_size is None:
             raise TypeError("ServeLoader needs batch_size")
         self.socket_path = os.fspath(socket or os.environ.get("FERRY_SERVE_SOCKET") or DEFAULT_SOCKET)
@@ -437,6 +438,10 @@ class ServeLoader(Scheduled, torch.utils.data.IterableDataset):
         if verify == "sha256":
             raise ValueError("verify='sha256' with serve=: the daemon maps the shards, so it checks them; "
                              "start it with `ferry-serve --verify`")
+        if kwargs.get("sources"):
+            raise ValueError("sources=True is not supported with serve= yet: the daemon does not send source ids; "
+                             "map the shards (no serve=) to get source_ids")
+        kwargs.pop("sources", None)
         sock = None if serve is True else os.fspath(serve)
         loader = cls(sock, batch_size, data_dir=path, **kwargs)
         loader.path = None if path is None else os.fspath(path)

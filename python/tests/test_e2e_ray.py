@@ -61,7 +61,7 @@ def faulty_train_func(config):
     rank = ray.train.get_context().get_world_rank()
     marker = os.path.join(logdir, "killed")
     attempt = 2 if os.path.exists(marker) else 1
-    Base = ferry.Loader
+    Loader, Base = ferry.Loader, ferry.MappedLoader
 
     class LoggedLoader(Base):
         def __iter__(self):
@@ -80,11 +80,15 @@ def faulty_train_func(config):
                     f.flush()
                     yield batch
 
-    ferry.Loader = LoggedLoader
+    def logged(path, batch_size, *, serve=None, **kwargs):
+        assert not serve, "the kill test feeds from mapped shards"
+        return LoggedLoader(path, batch_size, **kwargs)
+
+    ferry.Loader = logged
     try:
         train_ray.train_func(config)
     finally:
-        ferry.Loader = Base
+        ferry.Loader = Loader
 
 
 # --- fixtures ----------------------------------------------------------------

@@ -441,7 +441,7 @@ def test_loader_serve_argument(make_shards, daemon, monkeypatch):
     kw = dict(rank=1, world_size=2, seed=3, drop_last=True, attention_mask=False)
     direct = ferry.Loader(data, 4, **kw)
     served = ferry.Loader(data, 4, serve=d.sock, prefetch=False, slots=3, **kw)
-    assert type(served) is ServeLoader and isinstance(served, ferry.Loader)
+    assert type(served) is ServeLoader and isinstance(served, ferry.BaseLoader)
     assert served.connection.slots == 3 and served.path == data and served.socket_path == d.sock
     assert len(served) == len(direct) > 3
     for epoch in (0, 1):
