@@ -469,7 +469,7 @@ def test_loader_serve_argument(make_shards, daemon, monkeypatch):
         ferry.Loader(None, 4, serve=True, num_items_in_batch=True, **kw)
     # serve=None, False or "" (an unset config value): the direct loader.
     for off in (None, False, ""):
-        assert type(ferry.Loader(data, 4, serve=off, **kw)) is ferry.Loader
+        assert type(ferry.Loader(data, 4, serve=off, **kw)) is ferry.MappedLoader
 
 
 def test_loader_serve_argument_errors(make_shards, daemon, tmp_path):
