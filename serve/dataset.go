@@ -36,6 +36,8 @@ type batchView struct {
 	length                        []byte // rows × 4
 	segOffsets                    []byte // (rows+1) × 4
 	segSample                     []byte // segments × 8
+	segLength                     []byte // segments × 4
+	segSource                     []byte // segments × 4; nil in a version 1 shard (every source 0)
 }
 
 // shardFile is one mapped shard.
@@ -213,7 +215,10 @@ func newShardFile(r *shard.Reader) *shardFile {
 		}
 		f.batches[i] = batchView{rows: b.Rows,
 			inputIDs: buf(shard.ColInputIDs), labels: buf(shard.ColLabels), length: buf(shard.ColLength),
-			segOffsets: buf("segments.offsets"), segSample: buf("segments.sample")}
+			segOffsets: buf("segments.offsets"), segSample: buf("segments.sample"), segLength: buf("segments.length")}
+		if b.SegSource != nil {
+			f.batches[i].segSource = buf("segments.source")
+		}
 		if b.PositionIDs != nil {
 			f.batches[i].positionIDs = buf(shard.ColPositionIDs)
 		}
@@ -318,6 +323,7 @@ func (d *Dataset) fillSlot(l *Layout, slot []byte, runs []Run) int {
 		return slot[c.Offset : int(c.Offset)+n]
 	}
 	in, lab, am, pos, ln, sm := col(ColInputIDs), col(ColLabels), col(ColAttentionMask), col(ColPositionIDs), col(ColLength), col(ColSample)
+	src := col(ColSourceIDs)
 	i := 0 // rows written
 	for _, r := range runs {
 		f := d.files[r.File]
@@ -340,10 +346,38 @@ func (d *Dataset) fillSlot(l *Layout, slot []byte, runs []Run) int {
 				}
 				so := int(int32(le.Uint32(b.segOffsets[4*(k+j):])))
 				copy(sm[8*(i+j):8*(i+j+1)], b.segSample[8*so:8*so+8])
+				if src != nil {
+					eo := int(int32(le.Uint32(b.segOffsets[4*(k+j+1):])))
+					b.sourceIDs(src[(i+j)*tok:(i+j+1)*tok], so, eo)
+				}
 			}
 			i += m
 			row += int64(m)
 		}
 	}
 	return i
+}
+
+// sourceIDs writes the source of every token of the row whose segments are
+// [so, eo) into dst (one row of the source_ids column): each segment's
+// source (0 in a version 1 shard) over its tokens, -1 on the padding after
+// them. The shard reader checked that the segments tile the row's length
+// from token 0 (shard.checkSegments), as ferry.ShardFile.source_ids assumes.
+func (b *batchView) sourceIDs(dst []byte, so, eo int) {
+	at := 0
+	for s := so; s < eo; s++ {
+		n := 4 * int(int32(le.Uint32(b.segLength[4*s:])))
+		if b.segSource == nil {
+			clear(dst[at : at+n])
+		} else {
+			v := le.Uint32(b.segSource[4*s:])
+			for t := at; t < at+n; t += 4 {
+				le.PutUint32(dst[t:], v)
+			}
+		}
+		at += n
+	}
+	for t := at; t < len(dst); t++ {
+		dst[t] = 0xff // -1, little-endian
+	}
 }

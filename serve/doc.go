@@ -68,7 +68,8 @@
 //	     8    4 max_rows rows of the largest batch, 1..65536
 //	    12    4 rank     int32, for the daemon's log (−1 unknown)
 //	    16    4 worker   int32 DataLoader worker id, for the log (−1 none)
-//	    20    4 reserved 0
+//	    20    4 flags    optional columns: 1 = source_ids (HelloSourceIDs);
+//	                     other bits are refused
 //
 // WELCOME (daemon → client; with SCM_RIGHTS [memfd, ready eventfd, free eventfd]):
 //
@@ -140,7 +141,10 @@
 //	 3 position_ids    int32 seq_len pack mode
 //	 4 length          int32 1       always: non-pad tokens of the row
 //	 5 sample          int64 1       always: source record of the row's first segment
-//	 6, 7              reserved (zero entries)
+//	 6 source_ids      int32 seq_len HELLO flag 1: each token's source (its index
+//	                                 in the manifest's sources; 0 in a version 1
+//	                                 shard), −1 on padding
+//	 7                 reserved (zero entry)
 //
 // Every slot starts with a 64-byte slot header, written by the daemon after
 // the rows and before the eventfd increment:

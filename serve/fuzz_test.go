@@ -13,8 +13,8 @@ import (
 // panic, and whatever it accepts must describe a ring that fits the memfd
 // with every column inside its slot.
 func FuzzParseHeader(f *testing.F) {
-	for _, p := range [][4]uint32{{3, 4, 8, ModePad}, {2, 5, 1024, ModePack}, {1, 1, 1, ModePad}} {
-		l, _ := NewLayout(p[0], p[1], p[2], p[3])
+	for _, p := range [][5]uint32{{3, 4, 8, ModePad, 0}, {2, 5, 1024, ModePack, 0}, {1, 1, 1, ModePad, 0}, {2, 3, 16, ModePack, HelloSourceIDs}} {
+		l, _ := NewLayout(p[0], p[1], p[2], p[3], p[4])
 		f.Add(l.AppendHeader(nil), l.TotalSize())
 	}
 	f.Add([]byte("FERRYSHM"), uint64(4096))
@@ -46,6 +46,7 @@ func FuzzParseHeader(f *testing.F) {
 // and the client run on received bytes.
 func FuzzParseMsg(f *testing.F) {
 	f.Add(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}))
+	f.Add(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1, Flags: HelloSourceIDs}))
 	f.Add(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))
 	f.Add(AppendPlan(nil, []Run{{1, 10, 4, RunContinues}, {3, 4, 1, 0}}))
 	f.Add(AppendError(nil, CodeShutdown, "bye"))

@@ -17,8 +17,8 @@ const goldenPath = "testdata/protocol.golden.json"
 // the code: constants, the layouts of two canonical rings and example
 // encodings of every message.
 func goldenDoc(t *testing.T) map[string]any {
-	layout := func(slots, maxRows, seqLen, mode uint32) map[string]any {
-		l, err := NewLayout(slots, maxRows, seqLen, mode)
+	layout := func(slots, maxRows, seqLen, mode, flags uint32) map[string]any {
+		l, err := NewLayout(slots, maxRows, seqLen, mode, flags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func goldenDoc(t *testing.T) map[string]any {
 		slot := make([]byte, SlotHeaderSize)
 		PutSlotHeader(slot, SlotHeader{Seq: 0x0102030405060708, Rows: maxRows, State: SlotFilled})
 		return map[string]any{
-			"params":          map[string]any{"slots": slots, "max_rows": maxRows, "seq_len": seqLen, "mode": mode},
+			"params":          map[string]any{"slots": slots, "max_rows": maxRows, "seq_len": seqLen, "mode": mode, "flags": flags},
 			"slot_size":       l.SlotSize,
 			"total_size":      l.TotalSize(),
 			"columns":         cols,
@@ -67,11 +67,14 @@ func goldenDoc(t *testing.T) map[string]any {
 			"file": MsgFile, "file_data": MsgFileData},
 		"error_codes": map[string]any{"bad_request": CodeBadRequest, "not_served": CodeNotServed, "limit": CodeLimit,
 			"shutdown": CodeShutdown, "io": CodeIO},
-		"dtypes":  map[string]any{"int32": DTypeInt32, "int64": DTypeInt64},
-		"columns": ColumnNames,
+		"dtypes":      map[string]any{"int32": DTypeInt32, "int64": DTypeInt64},
+		"hello_flags": map[string]any{"source_ids": HelloSourceIDs},
+		"columns":     ColumnNames,
 		"messages": map[string]any{
 			"hello": map[string]any{"fields": map[string]any{"version": 1, "slots": 4, "max_rows": 8, "rank": 3, "worker": -1},
 				"hex": hex.EncodeToString(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}))},
+			"hello_sources": map[string]any{"fields": map[string]any{"version": 1, "slots": 4, "max_rows": 8, "rank": 0, "worker": 2, "flags": HelloSourceIDs},
+				"hex": hex.EncodeToString(AppendHello(nil, Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 0, Worker: 2, Flags: HelloSourceIDs}))},
 			"welcome": map[string]any{"fields": map[string]any{"version": 1, "shm_size": 20480, "info": `{"ranks":2}`},
 				"hex": hex.EncodeToString(AppendWelcome(nil, Welcome{Version: 1, ShmSize: 20480, Info: []byte(`{"ranks":2}`)}))},
 			"plan": map[string]any{"fields": map[string]any{"runs": [][4]uint32{{1, 10, 4, 1}, {3, 0xfffffffe, 1, 0}, {0, 7, 5, 0}}},
@@ -86,8 +89,9 @@ func goldenDoc(t *testing.T) map[string]any {
 				"hex": hex.EncodeToString(AppendError(nil, CodeShutdown, "ferry-serve is shutting down"))},
 		},
 		"layouts": map[string]any{
-			"pad":  layout(3, 4, 8, ModePad),
-			"pack": layout(2, 5, 1024, ModePack),
+			"pad":          layout(3, 4, 8, ModePad, 0),
+			"pack":         layout(2, 5, 1024, ModePack, 0),
+			"pack_sources": layout(2, 5, 1024, ModePack, HelloSourceIDs),
 		},
 	}
 }
@@ -141,8 +145,11 @@ func TestProtocolGolden(t *testing.T) {
 	if err := json.Unmarshal(msg("file_data", MsgFileData), &fd); err != nil || fd != (FileData{Size: 4096, FileSize: 1 << 32}) {
 		t.Errorf("file_data: %+v %v", fd, err)
 	}
-	if h, err := ParseHello(msg("hello", MsgHello)); err != nil || h != (Hello{1, 4, 8, 3, -1}) {
+	if h, err := ParseHello(msg("hello", MsgHello)); err != nil || h != (Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 3, Worker: -1}) {
 		t.Errorf("hello: %+v %v", h, err)
+	}
+	if h, err := ParseHello(msg("hello_sources", MsgHello)); err != nil || h != (Hello{Version: 1, Slots: 4, MaxRows: 8, Rank: 0, Worker: 2, Flags: HelloSourceIDs}) {
+		t.Errorf("hello_sources: %+v %v", h, err)
 	}
 	if w, err := ParseWelcome(msg("welcome", MsgWelcome)); err != nil || w.ShmSize != 20480 || string(w.Info) != `{"ranks":2}` {
 		t.Errorf("welcome: %+v %v", w, err)

@@ -48,11 +48,12 @@ const (
 func alignUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
 
 // NewLayout computes the ring layout for slots slots of up to maxRows rows of
-// seqLen tokens in the given mode.
-func NewLayout(slots, maxRows, seqLen, mode uint32) (Layout, error) {
+// seqLen tokens in the given mode, with the optional columns that the HELLO
+// flags ask for.
+func NewLayout(slots, maxRows, seqLen, mode, flags uint32) (Layout, error) {
 	l := Layout{Slots: slots, MaxRows: maxRows, SeqLen: seqLen, Mode: mode}
-	if slots < 1 || slots > MaxSlots || maxRows < 1 || maxRows > MaxRows || seqLen < 1 || seqLen > shard.MaxSeqLen || mode > ModePack {
-		return l, fmt.Errorf("%w: layout slots=%d max_rows=%d seq_len=%d mode=%d", ErrLimit, slots, maxRows, seqLen, mode)
+	if slots < 1 || slots > MaxSlots || maxRows < 1 || maxRows > MaxRows || seqLen < 1 || seqLen > shard.MaxSeqLen || mode > ModePack || flags&^HelloSourceIDs != 0 {
+		return l, fmt.Errorf("%w: layout slots=%d max_rows=%d seq_len=%d mode=%d flags=%#x", ErrLimit, slots, maxRows, seqLen, mode, flags)
 	}
 	off := uint64(SlotHeaderSize)
 	add := func(id int, dt uint8, width uint32) {
@@ -70,6 +71,9 @@ func NewLayout(slots, maxRows, seqLen, mode uint32) (Layout, error) {
 	}
 	add(ColLength, DTypeInt32, 1)
 	add(ColSample, DTypeInt64, 1)
+	if flags&HelloSourceIDs != 0 {
+		add(ColSourceIDs, DTypeInt32, seqLen)
+	}
 	l.SlotSize = alignUp(off, SlotAlign)
 	if l.TotalSize() > MaxShmSize {
 		return l, fmt.Errorf("%w: ring of %d slots × %d bytes exceeds %d bytes", ErrLimit, slots, l.SlotSize, uint64(MaxShmSize))
@@ -124,7 +128,11 @@ func ParseHeader(b []byte, size uint64) (Layout, error) {
 	if hs := le.Uint32(b[12:]); hs != ShmHeaderSize {
 		return Layout{}, fmt.Errorf("%w: shm header_size %d at byte 12, want %d", ErrProtocol, hs, ShmHeaderSize)
 	}
-	want, err := NewLayout(le.Uint32(b[16:]), le.Uint32(b[20:]), le.Uint32(b[24:]), le.Uint32(b[28:]))
+	var flags uint32 // the optional columns are those with an entry
+	if le.Uint64(b[ShmColumnTableOffset+ColSourceIDs*ShmColumnEntrySize:]) != 0 {
+		flags |= HelloSourceIDs
+	}
+	want, err := NewLayout(le.Uint32(b[16:]), le.Uint32(b[20:]), le.Uint32(b[24:]), le.Uint32(b[28:]), flags)
 	if err != nil {
 		return Layout{}, fmt.Errorf("%w: shm header bytes 16..31: %w", ErrProtocol, err)
 	}

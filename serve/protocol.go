@@ -77,7 +77,8 @@ const (
 	ColPositionIDs   = 3 // int32 [max_rows, seq_len], pack mode only
 	ColLength        = 4 // int32 [max_rows]
 	ColSample        = 5 // int64 [max_rows]: sample of the row's first segment
-	NumColumns       = 8 // table size; IDs 6 and 7 are reserved (zero entries)
+	ColSourceIDs     = 6 // int32 [max_rows, seq_len], with HelloSourceIDs: each token's source, -1 on padding
+	NumColumns       = 8 // table size; ID 7 is reserved (zero entry)
 )
 
 // Data types in the column table.
@@ -88,7 +89,7 @@ const (
 )
 
 // ColumnNames are the batch-dict keys of the column IDs, "" for reserved IDs.
-var ColumnNames = [NumColumns]string{"input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "", ""}
+var ColumnNames = [NumColumns]string{"input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "source_ids", ""}
 
 // Modes in the shared-memory header.
 const (
@@ -165,7 +166,14 @@ type Hello struct {
 	MaxRows uint32 // rows of the largest batch the client will ask for
 	Rank    int32  // for the daemon's log only; -1 unknown
 	Worker  int32  // DataLoader worker id, for the log only; -1 none
+	Flags   uint32 // HelloSourceIDs or 0
 }
+
+// HELLO flags: columns a client asks for beyond the always-present ones.
+const (
+	// HelloSourceIDs asks for the source_ids column (ColSourceIDs).
+	HelloSourceIDs uint32 = 1
+)
 
 const helloSize = 24
 
@@ -177,7 +185,7 @@ func AppendHello(dst []byte, h Hello) []byte {
 	dst = le.AppendUint32(dst, h.MaxRows)
 	dst = le.AppendUint32(dst, uint32(h.Rank))
 	dst = le.AppendUint32(dst, uint32(h.Worker))
-	dst = le.AppendUint32(dst, 0)
+	dst = le.AppendUint32(dst, h.Flags)
 	return dst
 }
 
@@ -187,12 +195,12 @@ func ParseHello(p []byte) (Hello, error) {
 		return Hello{}, fmt.Errorf("%w: HELLO payload is %d bytes, want %d", ErrProtocol, len(p), helloSize)
 	}
 	h := Hello{Version: le.Uint32(p), Slots: le.Uint32(p[4:]), MaxRows: le.Uint32(p[8:]),
-		Rank: int32(le.Uint32(p[12:])), Worker: int32(le.Uint32(p[16:]))}
+		Rank: int32(le.Uint32(p[12:])), Worker: int32(le.Uint32(p[16:])), Flags: le.Uint32(p[20:])}
 	if h.Version != Version {
 		return h, fmt.Errorf("%w: HELLO version %d, this daemon speaks %d", ErrProtocol, h.Version, Version)
 	}
-	if le.Uint32(p[20:]) != 0 {
-		return h, fmt.Errorf("%w: HELLO reserved bytes 20..23 not zero", ErrProtocol)
+	if h.Flags&^HelloSourceIDs != 0 {
+		return h, fmt.Errorf("%w: HELLO flags %#x at byte 20, want a combination of %#x", ErrProtocol, h.Flags, HelloSourceIDs)
 	}
 	if h.Slots < 1 || h.Slots > MaxSlots {
 		return h, fmt.Errorf("%w: HELLO slots %d, want 1..%d", ErrLimit, h.Slots, MaxSlots)

@@ -77,11 +77,16 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	return ts
 }
 
-func dial(t testing.TB, sock string, slots, maxRows uint32) *Client {
+// dial connects with the given HELLO flags (none: the default columns).
+func dial(t testing.TB, sock string, slots, maxRows uint32, flags ...uint32) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, sock, Hello{Slots: slots, MaxRows: maxRows, Rank: 0, Worker: -1})
+	h := Hello{Slots: slots, MaxRows: maxRows, Rank: 0, Worker: -1}
+	for _, f := range flags {
+		h.Flags |= f
+	}
+	c, err := Dial(ctx, sock, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +138,7 @@ func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq uint64, runs []Run, 
 	in, lab := c.Column(slot, ColInputIDs, n), c.Column(slot, ColLabels, n)
 	am, pos := c.Column(slot, ColAttentionMask, n), c.Column(slot, ColPositionIDs, n)
 	ln, sm := c.Column(slot, ColLength, n), c.Column(slot, ColSample, n)
+	src := c.Column(slot, ColSourceIDs, n)
 	var row shard.Row
 	for i, r := range refs {
 		if err := rs[r.file].Row(r.row, &row); err != nil {
@@ -153,6 +159,22 @@ func checkSlot(t testing.TB, c *Client, slotIdx uint32, seq uint64, runs []Run, 
 				}
 				if i32(am, i*L+j) != want {
 					t.Fatalf("seq %d row %d attention_mask[%d] = %d, length %d", seq, i, j, i32(am, i*L+j), row.Length)
+				}
+			}
+		}
+		if src != nil {
+			want := make([]int32, 0, L) // each segment's source over its tokens, then -1
+			for _, s := range row.Segments {
+				for range s.Length {
+					want = append(want, s.Source)
+				}
+			}
+			for len(want) < L {
+				want = append(want, -1)
+			}
+			for j := range L {
+				if i32(src, i*L+j) != want[j] {
+					t.Fatalf("seq %d row %d source_ids[%d] = %d, want %d", seq, i, j, i32(src, i*L+j), want[j])
 				}
 			}
 		}
@@ -242,6 +264,15 @@ func TestServeRoundTrip(t *testing.T) {
 			got := drain(t, c, []int{1, 0}, info.RowsPerRank, rs, 0)
 			if got < 8 {
 				t.Fatalf("%d batches", got)
+			}
+			// The source_ids column, asked for: 0 on the tokens of a
+			// version 1 shard, -1 on padding (mixtures: test_mix.py).
+			cs := dial(t, ts.sock, 3, 4, HelloSourceIDs)
+			if !cs.Layout().Columns[ColSourceIDs].Present() || c.Layout().Columns[ColSourceIDs].Present() {
+				t.Fatalf("source_ids column: %+v with the flag, %+v without", cs.Layout().Columns[ColSourceIDs], c.Layout().Columns[ColSourceIDs])
+			}
+			if n := drain(t, cs, []int{0, 1}, info.RowsPerRank, rs, 0); n != got {
+				t.Fatalf("%d batches with source_ids, %d without", n, got)
 			}
 			// A cross-shard batch with a row repeated.
 			mid := uint32(info.RowsPerRank / 2)
@@ -377,6 +408,23 @@ func TestClientGoneFreesRing(t *testing.T) {
 	waitFor(t, func() bool { f, m := memfds(t, os.Getpid()); return f == f0 && m == m0 }, "the ring to be unmapped and closed")
 }
 
+// TestHelloUnknownFlags: a HELLO flag this daemon does not know is refused
+// with a message naming it (a newer client against an older daemon).
+func TestHelloUnknownFlags(t *testing.T) {
+	dir := writeDataset(t, 1, 8, 16, shard.ModePad, 4)
+	ts := startServer(t, Config{Data: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, ts.sock, Hello{Slots: 2, MaxRows: 2, Worker: -1, Flags: HelloSourceIDs << 1})
+	if err == nil {
+		c.Close()
+		t.Fatal("HELLO with flag 2 accepted")
+	}
+	if !strings.Contains(err.Error(), "HELLO flags 0x2 at byte 20") {
+		t.Fatalf("error %v, want one naming the HELLO flags", err)
+	}
+}
+
 func TestRequestErrors(t *testing.T) {
 	dir := writeDataset(t, 4, 40, 8, shard.ModePad, 0)
 	ts := startServer(t, Config{Data: dir, Ranks: []int{0, 2}, MaxClientBytes: 1 << 20})
@@ -502,7 +550,7 @@ func TestFillAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ds.Close()
-	lay, err := NewLayout(2, 16, 64, ModePad)
+	lay, err := NewLayout(2, 16, 64, ModePad, HelloSourceIDs) // every column filled
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +669,7 @@ func BenchmarkFillSlot(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ds.Close()
-	lay, err := NewLayout(8, 4, 1024, ModePad)
+	lay, err := NewLayout(8, 4, 1024, ModePad, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -282,7 +282,7 @@ func (ss *session) serve() error {
 	if s.ds.Pack {
 		mode = ModePack
 	}
-	lay, err := NewLayout(hello.Slots, hello.MaxRows, uint32(s.ds.SeqLen), mode)
+	lay, err := NewLayout(hello.Slots, hello.MaxRows, uint32(s.ds.SeqLen), mode, hello.Flags)
 	if err == nil && lay.TotalSize() > uint64(s.cfg.MaxClientBytes) {
 		err = fmt.Errorf("%w: a ring of %d slots × %d rows × seq_len %d needs %d bytes, the daemon allows %d per client (--max-client-bytes)",
 			ErrLimit, hello.Slots, hello.MaxRows, s.ds.SeqLen, lay.TotalSize(), s.cfg.MaxClientBytes)

@@ -46,7 +46,9 @@ SLOT_FILLED = 1
 MODE_PAD, MODE_PACK = 0, 1
 DTYPE_INT32, DTYPE_INT64 = 1, 2
 _DTYPES = {DTYPE_INT32: np.dtype("<i4"), DTYPE_INT64: np.dtype("<i8")}
-COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "", "")
+COLUMNS = ("input_ids", "labels", "attention_mask", "position_ids", "length", "sample", "source_ids", "")
+COL_SOURCE_IDS = 6
+HELLO_SOURCE_IDS = 1  # HELLO flag: add the source_ids column
 
 # Seals the daemon puts on the ring (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
 _F_SEAL_SEAL, _F_SEAL_SHRINK, _F_SEAL_GROW = 0x1, 0x2, 0x4
@@ -80,8 +82,9 @@ def parse_file_data(payload):
             "missing": bool(d.get("missing", False))}
 
 
-def encode_hello(slots, max_rows, rank=-1, worker=-1, version=VERSION):
-    return _msg(MSG_HELLO, _HELLO.pack(version, slots, max_rows, rank, worker, 0))
+def encode_hello(slots, max_rows, rank=-1, worker=-1, version=VERSION, flags=0):
+    """MSG_HELLO; flags: HELLO_SOURCE_IDS for the source_ids column."""
+    return _msg(MSG_HELLO, _HELLO.pack(version, slots, max_rows, rank, worker, flags))
 
 
 def encode_welcome(shm_size, info, version=VERSION):
@@ -137,12 +140,14 @@ def _align(n, a):
 
 
 class Layout:
-    """The ring layout (serve.Layout): slot size and per-column placement."""
+    """The ring layout (serve.Layout): slot size and per-column placement,
+    with the optional columns that the HELLO flags ask for."""
 
-    def __init__(self, slots, max_rows, seq_len, mode):
-        if not (1 <= slots <= MAX_SLOTS and 1 <= max_rows <= MAX_ROWS and 1 <= seq_len <= 1 << 20 and mode in (0, 1)):
-            raise ServeError(f"ring slots={slots} max_rows={max_rows} seq_len={seq_len} mode={mode} out of limits",
-                             CODE_LIMIT)
+    def __init__(self, slots, max_rows, seq_len, mode, flags=0):
+        if not (1 <= slots <= MAX_SLOTS and 1 <= max_rows <= MAX_ROWS and 1 <= seq_len <= 1 << 20 and mode in (0, 1)
+                and not flags & ~HELLO_SOURCE_IDS):
+            raise ServeError(f"ring slots={slots} max_rows={max_rows} seq_len={seq_len} mode={mode} flags={flags:#x} "
+                             "out of limits", CODE_LIMIT)
         self.slots, self.max_rows, self.seq_len, self.mode = slots, max_rows, seq_len, mode
         self.columns = [(0, 0, 0)] * 8  # (offset, dtype, width)
         off = SLOT_HEADER_SIZE
@@ -161,6 +166,8 @@ class Layout:
             add(3, DTYPE_INT32, seq_len)
         add(4, DTYPE_INT32, 1)
         add(5, DTYPE_INT64, 1)
+        if flags & HELLO_SOURCE_IDS:
+            add(COL_SOURCE_IDS, DTYPE_INT32, seq_len)
         self.slot_size = _align(off, SLOT_ALIGN)
         self.total_size = SHM_HEADER_SIZE + slots * self.slot_size
 
@@ -188,13 +195,16 @@ def parse_header(b, size):
         raise ProtocolError(f"ring magic {magic!r} at byte 0, want {SHM_MAGIC!r}")
     if ver != VERSION or hs != SHM_HEADER_SIZE:
         raise ProtocolError(f"ring version {ver} header_size {hs}, want {VERSION} and {SHM_HEADER_SIZE}")
+    # the optional columns are those with an entry
+    src_offset = _COLUMN.unpack_from(b, SHM_COLUMN_TABLE_OFFSET + COL_SOURCE_IDS * SHM_COLUMN_ENTRY_SIZE)[0]
+    flags = HELLO_SOURCE_IDS if src_offset else 0
     try:
-        want = Layout(slots, max_rows, seq_len, mode)
+        want = Layout(slots, max_rows, seq_len, mode, flags)
     except ServeError as e:
         raise ProtocolError(f"ring header: {e}") from None
     if b != want.header() or want.total_size > size:
         raise ProtocolError(
             f"ring header does not match the layout of {slots} slots x {max_rows} rows x seq_len {seq_len} "
-            f"(mode {mode}) within a {size}-byte memfd"
+            f"(mode {mode}, flags {flags:#x}) within a {size}-byte memfd"
         )
     return want

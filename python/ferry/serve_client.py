@@ -56,7 +56,7 @@ import torch.utils.data
 
 from . import dist
 from .errors import DaemonGone, ProtocolError, ServeError  # noqa: F401 (re-exported: ferry.serve_client.X)
-from .protocol import (CODE_NOT_SERVED, CODE_SHUTDOWN, COLUMNS, MAX_MSG_SIZE, MAX_ROWS, MAX_RUNS_PER_MSG, MAX_SLOTS,
+from .protocol import (CODE_NOT_SERVED, CODE_SHUTDOWN, COLUMNS, HELLO_SOURCE_IDS, MAX_MSG_SIZE, MAX_ROWS, MAX_RUNS_PER_MSG, MAX_SLOTS,
                        MODE_PACK, MSG_ERROR, MSG_WELCOME, REQUIRED_SEALS, RUN_CONTINUES, SHM_HEADER_SIZE, SLOT_FILLED,
                        _DTYPES, _F_GET_SEALS, _SLOT_HEADER, encode_hello, encode_plan, parse_error, parse_header,
                        parse_msg, parse_welcome)
@@ -77,11 +77,13 @@ class ServeConnection:
     its tensors (views of the ring); ``release()`` hands the oldest batch
     returned by ``wait()`` back to the daemon (releases are written to the
     free eventfd in groups of ``release_every``, and always before
-    blocking)."""
+    blocking). With ``sources`` the daemon adds each token's source
+    (``source_ids``) to every batch."""
 
-    def __init__(self, path, slots, max_rows, rank=-1, worker=-1, timeout=60.0):
+    def __init__(self, path, slots, max_rows, rank=-1, worker=-1, timeout=60.0, sources=False):
         self.path = os.fspath(path)
         self.timeout = timeout
+        self.sources = bool(sources)
         self._sock = None
         self._efd = self._free = -1
         self._mm = None
@@ -100,7 +102,7 @@ class ServeConnection:
                     f"no ferry-serve at {self.path} ({e.strerror}): start one per node, e.g. "
                     f"`ferry-serve --data DATA_DIR --socket {self.path}`"
                 ) from None
-            sock.sendall(encode_hello(slots, max_rows, rank, worker))
+            sock.sendall(encode_hello(slots, max_rows, rank, worker, flags=HELLO_SOURCE_IDS if self.sources else 0))
             try:
                 msg, fds, _, _ = socket.recv_fds(sock, MAX_MSG_SIZE + 1, 3)
             except socket.timeout:
@@ -284,6 +286,8 @@ class ServeConnection:
             keys = ("input_ids", "attention_mask", "labels")
         else:
             keys = ("input_ids", "length", "labels")
+        if self.sources:
+            keys += ("source_ids",)
         return {k: v[k][:rows] for k in keys}
 
     def column(self, slot, rows, name):
@@ -347,6 +351,7 @@ class _InfoManifest:
         self.labels = info.get("labels")
         self.tokenizer = info.get("tokenizer") or {}
         self.stats = info.get("stats") or {}
+        self.sources = info.get("sources") or []
         self.served_ranks = list(info.get("served_ranks", range(self.ranks)))
 
 
@@ -371,11 +376,13 @@ class ServeLoader(BaseLoader):
             ahead while you hold one).
         timeout: seconds to wait for the daemon to answer (default 60; a dead
             daemon is reported at once regardless).
+        sources: add ``source_ids`` to every batch, as
+            :class:`ferry.MappedLoader` does (the daemon fills the column).
     """
 
     def __init__(self, socket=None, batch_size=None, *, rank=None, world_size=None, shuffle=True, seed=None,
                  drop_last=False, attention_mask=True, grad_accum=1, num_items_in_batch=None, data_dir=None,
-                 slots=8, timeout=60.0, plan_chunk=1024, serve=None):
+                 slots=8, timeout=60.0, plan_chunk=1024, sources=False, serve=None):
         if serve is not None:
             raise TypeError("ServeLoader does not take serve=: its first argument is the socket "
                             "(or use ferry.Loader(path, ..., serve=SOCKET))")
@@ -393,6 +400,7 @@ class ServeLoader(BaseLoader):
         info = dist.resolve(rank, world_size)
         self.rank, self.world_size = info.rank, info.world_size
         self.attention_mask = bool(attention_mask)
+        self.sources = bool(sources)
         self.prefetch = False
         self.copies = 0
         self._conn = None
@@ -403,6 +411,7 @@ class ServeLoader(BaseLoader):
         conn = self._connect(-1)
         try:
             m = self.manifest = _InfoManifest(conn.info, f"ferry-serve:{self.socket_path}")
+            self.source_names = [s["name"] for s in m.sources] or ["data"]
             self._sched = Schedule(m, batch_size, self.rank, self.world_size, shuffle=shuffle, seed=seed,
                                    drop_last=drop_last, grad_accum=grad_accum)
             if self.world_size == m.ranks and self.rank not in m.served_ranks:
@@ -438,10 +447,6 @@ class ServeLoader(BaseLoader):
         if verify == "sha256":
             raise ValueError("verify='sha256' with serve=: the daemon maps the shards, so it checks them; "
                              "start it with `ferry-serve --verify`")
-        if kwargs.get("sources"):
-            raise ValueError("sources=True is not supported with serve= yet: the daemon does not send source ids; "
-                             "map the shards (no serve=) to get source_ids")
-        kwargs.pop("sources", None)
         sock = None if serve is True else os.fspath(serve)
         loader = cls(sock, batch_size, data_dir=path, **kwargs)
         loader.path = None if path is None else os.fspath(path)
@@ -457,7 +462,7 @@ class ServeLoader(BaseLoader):
             # exit as an EOF even while workers live.
             self._conn.close()
         self._conn = ServeConnection(self.socket_path, self.slots, self._batch_rows, rank=self.rank,
-                                     worker=worker, timeout=self.timeout)
+                                     worker=worker, timeout=self.timeout, sources=self.sources)
         self._pid = os.getpid()
         return self._conn
 

@@ -4,6 +4,7 @@ source and sums to the model's loss, and resuming on another world size
 keeps the mixture."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 import ferry
-from helpers import REPO, arrowcheck, build_go_tool, read_maybe_zstd
+from ferry import protocol as sc
+from helpers import REPO, Daemon, arrowcheck, build_go_tool, read_maybe_zstd
 
 pa = pytest.importorskip("pyarrow")
 
@@ -154,9 +156,58 @@ def test_resume_on_another_world_size_keeps_the_mixture(mix, w2):
         assert s["tokens"] <= counts[i] <= s["tokens"] + (RANKS - 1) * m.seq_len, (s, counts)
 
 
-def test_sources_with_serve_is_refused(mix):
-    with pytest.raises(ValueError, match="sources=True is not supported with serve="):
-        ferry.Loader(str(mix["pad"]), BATCH, rank=0, world_size=RANKS, serve="/nonexistent.sock", sources=True)
+def same_feed(direct, served, epochs=2):
+    """The two loaders yield equal batches (keys in order, dtypes, values),
+    epoch after epoch; returns the number of batches compared."""
+    n = 0
+    for epoch in range(epochs):
+        direct.set_epoch(epoch)
+        served.set_epoch(epoch)
+        for d, s in zip(direct, served, strict=True):
+            assert list(d) == list(s), (epoch, n)
+            for k in d:
+                if isinstance(d[k], torch.Tensor):
+                    assert d[k].dtype == s[k].dtype and torch.equal(d[k], s[k]), (epoch, n, k)
+                else:
+                    assert d[k] == s[k], (epoch, n, k)
+            n += 1
+    assert direct.state_dict() == served.state_dict()
+    return n
+
+
+@pytest.mark.parametrize("mode", ["pad", "pack"])
+def test_served_source_ids_equal_direct(mix, mode, serve_bin, tmp_path):
+    """ferry-serve fills source_ids: the daemon's batches equal the mapped
+    shards' on a mixture, source ids included (-1 on padding)."""
+    out = str(mix[mode])
+    d = Daemon(serve_bin, out, str(tmp_path / "serve.sock"))
+    try:
+        kw = dict(rank=1, world_size=RANKS, seed=5, sources=True)
+        direct = ferry.Loader(out, BATCH, **kw)
+        served = ferry.Loader(out, BATCH, serve=d.sock, slots=3, **kw)
+        assert type(served) is ferry.ServeLoader and served.source_names == direct.source_names == ["domain", "chat"]
+        assert served.connection.layout.columns[sc.COL_SOURCE_IDS][0] > 0
+        assert same_feed(direct, served) > 4
+        seen = torch.cat([b["source_ids"].flatten() for b in served]).unique().tolist()
+        assert {0, 1} <= set(seen) and (mode == "pack" or -1 in seen), seen
+        served.close()
+    finally:
+        d.kill(signal.SIGTERM)
+
+
+def test_served_source_ids_of_one_input(make_shards, serve_bin, tmp_path):
+    """A version 1 data set through the daemon: source 0 on every token,
+    -1 on padding, as the direct loader gives."""
+    data = make_shards(ranks=2, rows=20, seq_len=8, mode="pad")
+    d = Daemon(serve_bin, data, str(tmp_path / "serve.sock"))
+    try:
+        direct = ferry.Loader(data, 4, rank=0, world_size=2, sources=True)
+        served = ferry.Loader(data, 4, rank=0, world_size=2, sources=True, serve=d.sock)
+        assert served.manifest.raw.get("version", 1) == 1 and served.source_names == ["data"]
+        assert same_feed(direct, served, epochs=1) > 1
+        served.close()
+    finally:
+        d.kill(signal.SIGTERM)
 
 
 def test_data_of_one_input_has_source_zero(make_shards):

@@ -100,11 +100,15 @@ def test_protocol_golden():
     assert g["error_codes"] == {"bad_request": sc.CODE_BAD_REQUEST, "not_served": sc.CODE_NOT_SERVED,
                                 "limit": sc.CODE_LIMIT, "shutdown": sc.CODE_SHUTDOWN, "io": sc.CODE_IO}
     assert g["dtypes"] == {"int32": sc.DTYPE_INT32, "int64": sc.DTYPE_INT64}
-    assert g["columns"] == list(sc.COLUMNS)
+    assert g["columns"] == list(sc.COLUMNS) and sc.COLUMNS[sc.COL_SOURCE_IDS] == "source_ids"
+    assert g["hello_flags"] == {"source_ids": sc.HELLO_SOURCE_IDS}
 
     m = g["messages"]
     f = m["hello"]["fields"]
     assert sc.encode_hello(f["slots"], f["max_rows"], f["rank"], f["worker"], f["version"]).hex() == m["hello"]["hex"]
+    f = m["hello_sources"]["fields"]
+    assert sc.encode_hello(f["slots"], f["max_rows"], f["rank"], f["worker"], f["version"],
+                           flags=f["flags"]).hex() == m["hello_sources"]["hex"]
     f = m["welcome"]["fields"]
     assert sc.encode_welcome(f["shm_size"], f["info"].encode(), f["version"]).hex() == m["welcome"]["hex"]
     typ, p = sc.parse_msg(bytes.fromhex(m["welcome"]["hex"]))
@@ -124,7 +128,7 @@ def test_protocol_golden():
 
     for name, lay in g["layouts"].items():
         p = lay["params"]
-        L = sc.Layout(p["slots"], p["max_rows"], p["seq_len"], p["mode"])
+        L = sc.Layout(p["slots"], p["max_rows"], p["seq_len"], p["mode"], p["flags"])
         assert L.slot_size == lay["slot_size"] and L.total_size == lay["total_size"], name
         assert [list(c) for c in L.columns] == [[c["offset"], c["dtype"], c["width"]] for c in lay["columns"]], name
         hdr = L.header()
@@ -133,6 +137,7 @@ def test_protocol_golden():
         sh = lay["slot_header"]
         b = sc._SLOT_HEADER.pack(sh["seq"], sh["rows"], sh["state"]) + bytes(48)
         assert b.hex() == lay["slot_header_hex"], name
+    assert g["layouts"]["pack_sources"]["params"]["flags"] == sc.HELLO_SOURCE_IDS  # the source_ids column is pinned
 
 
 @pytest.mark.parametrize("mess", ["magic", "version", "slot_size", "column", "reserved", "size"])
