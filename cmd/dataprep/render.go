@@ -94,6 +94,10 @@ func runRender(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	r, err := prep.Render(ctx, *c, stdin, stdout)
+	if errors.Is(err, prep.ErrConfig) { // no chat template, a bad --chat-template
+		fmt.Fprintf(stderr, "dataprep render: %s\n", configMsg(err))
+		return cli.Usage(err)
+	}
 	if err != nil {
 		return err
 	}

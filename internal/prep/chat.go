@@ -76,6 +76,39 @@ func (in *chatLoaded) chatInfo() *shard.ChatInfo {
 	return &shard.ChatInfo{TemplateSHA256: encode.TemplateSHA256(in.text), Date: in.date}
 }
 
+// chatTemplate is the chat template a run uses, with the tokenizer's special
+// tokens (bos_token, eos_token, ...: the template's variables): the file
+// (--chat-template) when given, else the tokenizer directory's template of
+// that name (--template-name; "" = "default"). tokenizer is a directory or
+// a tokenizer.json in one. dataprep --format chat and dataprep render both
+// resolve it here.
+func chatTemplate(tokenizer, file, name string) (*chattemplate.Template, map[string]string, error) {
+	dir := tokenizer
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	if file == "" {
+		tmpl, special, err := chattemplate.FromTokenizerDir(dir, name)
+		if err != nil {
+			return nil, nil, configErr("the chat template of %s: %v (give --chat-template FILE)", dir, err)
+		}
+		return tmpl, special, nil
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, configErr("--chat-template: %v", err)
+	}
+	special, err := chattemplate.SpecialTokens(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl, err := chattemplate.Parse(file, string(src))
+	if err != nil {
+		return nil, nil, configErr("--chat-template %s: %v", file, err)
+	}
+	return tmpl, special, nil
+}
+
 // loadChat reads the conversations of files (part i of n's share of them
 // when n > 0) and loads the tokenizer and its chat template (or
 // c.ChatTemplate). MaxRecords keeps the records (bad ones included) whose
@@ -169,29 +202,11 @@ func loadChat(ctx context.Context, c *Config, files []string, i, n int) (*chatLo
 	if err != nil {
 		return nil, err
 	}
-	dir := c.Tokenizer
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = filepath.Dir(dir)
-	}
 	var special map[string]string
-	if c.ChatTemplate != "" {
-		src, err := os.ReadFile(c.ChatTemplate)
-		if err != nil {
-			return nil, configErr("--chat-template: %v", err)
-		}
-		if special, err = chattemplate.SpecialTokens(dir); err != nil {
-			return nil, err
-		}
-		if in.tmpl, err = chattemplate.Parse(c.ChatTemplate, string(src)); err != nil {
-			return nil, configErr("--chat-template %s: %v", c.ChatTemplate, err)
-		}
-		in.text, in.name = string(src), c.ChatTemplate
-	} else {
-		if in.tmpl, special, err = chattemplate.FromTokenizerDir(dir, c.ChatTemplateName); err != nil {
-			return nil, configErr("the chat template of %s: %v (give --chat-template FILE)", dir, err)
-		}
-		in.text, in.name = in.tmpl.Source(), in.tmpl.Name()
+	if in.tmpl, special, err = chatTemplate(c.Tokenizer, c.ChatTemplate, c.ChatTemplateName); err != nil {
+		return nil, err
 	}
+	in.text, in.name = in.tmpl.Source(), in.tmpl.Name()
 	now := time.Now()
 	if c.Date != "" {
 		day, err := time.Parse(time.DateOnly, c.Date)

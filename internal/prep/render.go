@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"time"
 
@@ -75,17 +74,7 @@ func Render(ctx context.Context, c RenderConfig, stdin io.Reader, stdout io.Writ
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	tmpl, special, err := chattemplate.FromTokenizerDir(c.Tokenizer, c.TemplateName)
-	if c.ChatTemplate != "" {
-		if special, err = chattemplate.SpecialTokens(c.Tokenizer); err != nil {
-			return nil, err
-		}
-		src, rerr := os.ReadFile(c.ChatTemplate)
-		if rerr != nil {
-			return nil, rerr
-		}
-		tmpl, err = chattemplate.Parse(c.ChatTemplate, string(src))
-	}
+	tmpl, special, err := chatTemplate(c.Tokenizer, c.ChatTemplate, c.TemplateName)
 	if err != nil {
 		return nil, err
 	}
