@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ferryml/ferry/ckpt"
+	"github.com/ferryml/ferry/internal/cli"
 )
 
 var rankFileRE = regexp.MustCompile(`^__([0-9]+)_[0-9]+\.distcp$`)
@@ -59,7 +60,7 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stderr, "Usage: ckptmerge inspect [--json] CKPT\n\nLists the tensors of a checkpoint (dtype, shape, chunks, bytes, files), its bytes items and\nranks, and the names ckptmerge would write. The checkpoint is fully validated (chunk\ncoverage, file bounds) as a merge would.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
+	pos, err := cli.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

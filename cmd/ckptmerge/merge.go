@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -98,7 +97,7 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&c.noKernelCopy, "no-kernel-copy", false, "without direct I/O, copy through user-space buffers even where an in-kernel copy (copy_file_range) is possible")
 	fs.StringVar(&c.writeMode, "write-mode", "auto", "how local output files are written: sequential (front to back by one writer, for volumes that refuse other writes), parallel (positioned writes from every worker) or auto (sequential on FUSE mounts such as /Volumes, parallel elsewhere)")
 	fs.IntVar(&c.bufferSize, "buffer-size", 0, "bytes per copy buffer (default 4 MiB; direct I/O writes spans of this size); memory is at most about 3 x parallelism x buffer")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := cli.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
@@ -110,29 +109,6 @@ func mergeMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%w: --write-mode: %v", errUsage, err)
 	}
 	return runMerge(ctx, c, stdout, stderr)
-}
-
-// parseInterleaved parses flags placed before, between or after the
-// positional arguments ("--" ends flag parsing).
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }
 
 func runMerge(ctx context.Context, c mergeConfig, stdout, stderr io.Writer) error {

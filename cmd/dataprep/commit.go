@@ -57,7 +57,7 @@ func runCommit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, "run dataprep commit --help for usage")
 		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
-	pos, err := parseInterspersed(fs, args)
+	pos, err := cli.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	verify := fs.Bool("verify", false, "check every shard's size, structure and SHA-256 against the manifest")
 	full := fs.Bool("full", false, "print the whole decoded text of each segment")
 	jsonOut := fs.Bool("json", false, "print the manifest (and the row's ids) as JSON")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := cli.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -69,35 +67,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return runPrep(ctx, args, stdout, stderr)
 }
 
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // configMsg is a prep.ErrConfig error's message without its prefix, as the
 // commands print their own usage errors.
 func configMsg(err error) string {
 	return strings.TrimPrefix(err.Error(), prep.ErrConfig.Error()+": ")
-}
-
-// parseInterspersed parses fs's flags from args with the positional
-// arguments before, between or after them, and returns those; a flag error
-// is a usage error (flag.ErrHelp as is).
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }

@@ -158,10 +158,10 @@ func parsePrepFlags(args []string, stderr io.Writer) (*prepFlags, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
 	c.Inputs = inputs
-	if flagSet(fs, "eos") {
+	if cli.FlagGiven(fs, "eos") {
 		c.EOS = &eos
 	}
-	if flagSet(fs, "pad") {
+	if cli.FlagGiven(fs, "pad") {
 		c.Pad = &pad
 	}
 	// --mode and --labels are checked by Validate

@@ -60,7 +60,7 @@ func parseTokenizeFlags(args []string, stderr io.Writer) (*prep.TokenizeConfig, 
 		return bad("--tokenizer is required")
 	case fs.NArg() > 1:
 		return bad("more than one input file")
-	case c.Alpaca && c.EOS == "" && !flagSet(fs, "eos"):
+	case c.Alpaca && c.EOS == "" && !cli.FlagGiven(fs, "eos"):
 		return bad("--alpaca needs --eos (the seeds append tokenizer.eos_token; --eos '' for none)")
 	case *special && c.NoSpecial:
 		return bad("--special and --no-special")
