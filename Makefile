@@ -97,10 +97,10 @@ install-python:
 
 # The second lane: the packing tests again with the newest transformers 4.x
 # (python/requirements-test-tf4.lock) in front of the venv's 5.x.
-TF4_LANE ?= python/tests/test_packing.py
+TF4_LANE ?= python/tests/e2e/test_packing.py
 
 test-python: build install-python
-	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(PYTHON) -m pytest -ra python/
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(PYTHON) -m pytest -ra python/tests/unit python/tests/e2e
 	FERRY_REQUIRE_TOOLS=1 FERRY_EXPECT_TRANSFORMERS=4. PYTHONPATH=$(FERRY_CACHE)/tf4 $(ISOLATED) $(PYTHON) -m pytest -ra $(TF4_LANE)
 
 fuzz:

@@ -156,7 +156,7 @@
 //	    16   48 reserved
 //
 // testdata/protocol.golden.json pins these numbers and example encodings;
-// the Go tests and python/tests/test_serve.py both check their encoders
+// the Go tests and python/tests/e2e/test_serve.py both check their encoders
 // against it.
 //
 // # Dataset

@@ -455,7 +455,7 @@ def unfused_flex():
     """CPU smoke: transformers' flex path with torch's unfused flex_attention
     in place of the torch.compile'd kernel, and its BlockMask built without
     compiling (Inductor on a small CPU takes minutes;
-    python/tests/test_packing.py does the same for the kernel)."""
+    python/tests/e2e/test_packing.py does the same for the kernel)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     import transformers.integrations.flex_attention as fa
     import transformers.masking_utils as mu

@@ -34,6 +34,8 @@ def build_go_tool(pkg, outdir):
     return exe
 
 
+# python/tests: the tests (unit/, e2e/) and what they share (workers, seeds, js)
+TESTS = os.path.join(REPO, "python", "tests")
 ARROWCHECK = os.path.join(REPO, "internal", "testutil", "arrowcheck", "check_shards.py")
 _arrowcheck = []
 

@@ -9,7 +9,7 @@
 // With add_special_tokens=True HF gives prefix + nospecial ids + suffix for
 // that line (the special tokens the post-processor adds). The split is
 // lossless: scripts/split-tokenizer-goldens checked every line of every
-// family when it wrote the files, and python/tests/test_tokenizer_hf.py
+// family when it wrote the files, and python/tests/unit/test_tokenizer_hf.py
 // checks the rebuilt ids against HF tokenizers itself.
 package tokgolden
 

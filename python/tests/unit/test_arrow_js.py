@@ -14,7 +14,9 @@ import pytest
 
 import ferry
 
-JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js", "read_shard.cjs")
+from helpers import TESTS
+
+JS = os.path.join(TESTS, "js", "read_shard.cjs")
 
 
 def node_or_skip():

@@ -32,7 +32,7 @@ import time
 import pytest
 import torch
 
-from helpers import REPO, RayTempDir, build_go_tool
+from helpers import REPO, TESTS, RayTempDir, build_go_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -162,7 +162,7 @@ def run(ray_cluster, tmp_path_factory):
         import train_ray
     finally:
         sys.path.remove(EXAMPLE_DIR)
-    env_vars = {"PYTHONPATH": os.pathsep.join([EXAMPLE_DIR, TESTS_DIR]), "OMP_NUM_THREADS": "1",
+    env_vars = {"PYTHONPATH": os.pathsep.join([EXAMPLE_DIR, TESTS_DIR, TESTS]), "OMP_NUM_THREADS": "1",
                 "FERRY_E2E_LOG": str(logdir), "MLFLOW_TRACKING_URI": tracking, "MLFLOW_RUN_ID": run_id,
                 "MLFLOW_ALLOW_FILE_STORE": "true", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
                 "RAY_USAGE_STATS_ENABLED": "0"}

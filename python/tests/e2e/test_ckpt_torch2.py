@@ -24,9 +24,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from helpers import REPO, build_go_tool
+from helpers import TESTS, build_go_tool
 
-WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dcp_workers")
+WORKERS = os.path.join(TESTS, "dcp_workers")
 sys.path.insert(0, WORKERS)
 import tiny_models  # noqa: E402
 

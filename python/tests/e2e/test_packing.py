@@ -30,14 +30,14 @@ import transformers
 import ferry
 import ferry.packing
 from ferry.shards import read_loss_tokens
-from helpers import REPO, build_go_tool
+from helpers import REPO, TESTS, build_go_tool
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile"),
     pytest.mark.filterwarnings("ignore:_compile flag on create_block_mask"),
 ]
 
-WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packing_workers")
+WORKERS = os.path.join(TESTS, "packing_workers")
 sys.path.insert(0, WORKERS)
 import tiny  # noqa: E402
 

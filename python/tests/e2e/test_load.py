@@ -31,9 +31,9 @@ from safetensors.torch import save_file
 
 import ferry
 from ferry.load import parse_header, read_headers
-from helpers import Daemon, versitygw
+from helpers import TESTS, Daemon, versitygw
 
-WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dcp_workers")
+WORKERS = os.path.join(TESTS, "dcp_workers")
 sys.path.insert(0, WORKERS)
 import tiny_models  # noqa: E402
 
