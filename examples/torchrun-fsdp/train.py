@@ -402,8 +402,10 @@ def main():
     # or (--serve) gets the same batches from the node's ferry-serve daemon.
     # grad_accum: every batch carries num_items_in_batch for this optimizer
     # step, so the loss below is the mean over all its tokens on all ranks.
-    # A mixture (dataprep --recipe): batches carry source_ids, to log the loss per source.
-    mixture = not args.serve and bool(ferry.read_manifest(args.data_dir).sources)
+    # A mixture (dataprep --recipe): batches carry source_ids (from the shard or
+    # the daemon), to log the loss per source; the manifest is read where the
+    # data dir is local (with --serve it may be an s3:// prefix only the daemon reads).
+    mixture = os.path.isdir(args.data_dir) and bool(ferry.read_manifest(args.data_dir).sources)
     loader = ferry.Loader(args.data_dir, args.batch_size, drop_last=True, seed=args.seed, serve=args.serve,
                           grad_accum=args.grad_accum, **({"sources": True} if mixture else {}))
     n_src = len(loader.source_names) if mixture else 0

@@ -219,15 +219,22 @@ def test_data_of_one_input_has_source_zero(make_shards):
         assert set(np.unique(ids).tolist()) <= {-1, 0} and (ids == 0).any()
 
 
-def test_torchrun_example_logs_loss_per_source(mix, tmp_path):
+@pytest.mark.parametrize("served", [False, True], ids=["direct", "serve"])
+def test_torchrun_example_logs_loss_per_source(mix, tmp_path, served, request):
     """examples/torchrun-fsdp on a mixture (two ranks, the stand-in model on
-    pad-mode rows): every step logs the loss of each source."""
+    pad-mode rows), reading the shards or (--serve) through ferry-serve:
+    every step logs the loss of each source."""
     metrics = tmp_path / "metrics.jsonl"
+    serve = []
+    if served:
+        d = Daemon(request.getfixturevalue("serve_bin"), str(mix["pad"]), str(tmp_path / "serve.sock"))
+        request.addfinalizer(lambda: d.kill(signal.SIGTERM))
+        serve = ["--serve", d.sock]
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         os.path.join(REPO, "examples", "torchrun-fsdp", "train.py"), "--tiny", "--vocab-size", "151936",
                         "--data-dir", str(mix["pad"]), "--labels", "assistant", "--output-dir", str(tmp_path / "out"),
                         "--checkpoint-dir", str(tmp_path / "ckpt"), "--batch-size", "2", "--grad-accum", "2",
-                        "--max-steps", "3", "--metrics-file", str(metrics)],
+                        "--max-steps", "3", "--metrics-file", str(metrics), *serve],
                        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stdout + r.stderr
     steps = [json.loads(x) for x in metrics.read_text().splitlines()]
