@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ferryml/ferry/chattemplate"
@@ -117,17 +116,8 @@ func chatTemplate(tokenizer, file, name string) (*chattemplate.Template, map[str
 func loadChat(ctx context.Context, c *Config, files []string, i, n int) (*chatLoaded, error) {
 	in := &chatLoaded{input: strings.Join(files, ", ")}
 	prog := c.Progress
-	var badCount atomic.Int64
-	opt := dataset.Options{}
-	onBad := func(e *dataset.RecordError) error {
-		if badCount.Add(1) <= 5 {
-			prog.Logf("skipped: %v", e)
-		}
-		return nil
-	}
-	if c.SkipBad {
-		opt.OnBad = onBad
-	}
+	bad := &skipLog{prog: prog}
+	opt := dataset.Options{OnBad: bad.handler(c)}
 	prog.Phase("read", 0)
 	var formats []string
 	add := func(res *dataset.ChatResult, f func(k int) (string, int64), base int64) {
@@ -195,9 +185,7 @@ func loadChat(ctx context.Context, c *Config, files []string, i, n int) (*chatLo
 		}
 	}
 	in.format = strings.Join(formats, "+")
-	if k := badCount.Load(); k > 5 {
-		prog.Logf("skipped %d bad records in all (first 5 shown)", k)
-	}
+	bad.done("bad records")
 	tok, err := c.LoadTokenizer(c.Tokenizer)
 	if err != nil {
 		return nil, err
@@ -263,25 +251,15 @@ func runChat(ctx context.Context, c Config, files []string, t0 time.Time) (*Resu
 	}
 	tRead := time.Now()
 	c.Progress.Phase("tokenize", int64(len(in.convs)))
-	var onBad func(*dataset.RecordError) error
-	if c.SkipBad {
-		n := 0
-		onBad = func(e *dataset.RecordError) error {
-			if n++; n <= 5 {
-				c.Progress.Logf("skipped: %v", e)
-			}
-			return nil
-		}
-	}
+	bad := &skipLog{prog: c.Progress}
+	onBad := bad.handler(&c)
 	exs, _, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
 	if err != nil {
 		return nil, err
 	}
 	nconvs := int64(len(in.convs))
 	in.dropConversations()
-	if st.Skipped > 5 {
-		c.Progress.Logf("skipped %d conversations in all (first 5 shown)", st.Skipped)
-	}
+	bad.done("conversations")
 	if len(exs) == 0 {
 		return nil, fmt.Errorf("%s: no conversation left to train on (%d skipped, %d dropped: truncation cut every trained token)",
 			in.input, in.skipped+st.Skipped, st.Dropped)
@@ -316,16 +294,8 @@ func encodeChatPart(ctx context.Context, c *Config, files []string, p Part) (*pa
 		return nil, err
 	}
 	c.Progress.Phase("tokenize", int64(len(in.convs)))
-	var onBad func(*dataset.RecordError) error
-	if c.SkipBad {
-		n := 0
-		onBad = func(e *dataset.RecordError) error {
-			if n++; n <= 5 {
-				c.Progress.Logf("skipped: %v", e)
-			}
-			return nil
-		}
-	}
+	bad := &skipLog{prog: c.Progress}
+	onBad := bad.handler(c)
 	exs, flags, st, err := in.enc.EncodeChats(ctx, in.convs, in.samples, in.files, in.locals, c.Workers, onBad, func(n int) { c.Progress.Add(int64(n)) })
 	if err != nil {
 		return nil, err

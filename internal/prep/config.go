@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
+	"github.com/ferryml/ferry/internal/dataset"
 	"github.com/ferryml/ferry/internal/storage"
 	"github.com/ferryml/ferry/shard"
 	"github.com/ferryml/ferry/tokenize"
@@ -200,4 +202,34 @@ func refuseExisting(ctx context.Context, out string, force bool) error {
 		return fmt.Errorf("%w: %s (use --force to replace it)", shard.ErrExists, mloc)
 	}
 	return nil
+}
+
+// skipLog handles the bad records of --on-bad-record skip: it logs the
+// first skipShown of them and counts them all. Safe for concurrent use.
+type skipLog struct {
+	prog Progress
+	n    atomic.Int64
+}
+
+const skipShown = 5
+
+// handler is the dataset.Options.OnBad of c: the log's, or nil (the first
+// bad record fails the run) without SkipBad.
+func (s *skipLog) handler(c *Config) func(*dataset.RecordError) error {
+	if !c.SkipBad {
+		return nil
+	}
+	return func(e *dataset.RecordError) error {
+		if s.n.Add(1) <= skipShown {
+			s.prog.Logf("skipped: %v", e)
+		}
+		return nil
+	}
+}
+
+// done logs how many were skipped in all when some were not shown.
+func (s *skipLog) done(what string) {
+	if k := s.n.Load(); k > skipShown {
+		s.prog.Logf("skipped %d %s in all (first %d shown)", k, what, skipShown)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -38,19 +37,11 @@ func load(ctx context.Context, c *Config, i, n int) (*loaded, error) {
 	in := &loaded{}
 	prog := c.Progress
 	var tok *tokenize.Tokenizer
-	var badCount atomic.Int64
+	bad := &skipLog{prog: prog}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		prog.Phase("read", 0)
-		opt := dataset.Options{}
-		if c.SkipBad {
-			opt.OnBad = func(e *dataset.RecordError) error {
-				if badCount.Add(1) <= 5 {
-					prog.Logf("skipped: %v", e)
-				}
-				return nil
-			}
-		}
+		opt := dataset.Options{OnBad: bad.handler(c)}
 		files, err := dataset.Expand(gctx, c.Inputs)
 		if err != nil {
 			return err
@@ -94,9 +85,7 @@ func load(ctx context.Context, c *Config, i, n int) (*loaded, error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	if k := badCount.Load(); k > 5 {
-		prog.Logf("skipped %d bad records in all (first 5 shown)", k)
-	}
+	bad.done("bad records")
 	in.tmpl = dataset.Alpaca()
 	if c.TemplateFile != "" {
 		b, err := os.ReadFile(c.TemplateFile)
