@@ -307,19 +307,8 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 	{
 		byteID := &t.model.byteID
 		cache := sc.cache
-		text, block := seg, blockScanKind(k)
-		var bs blockScanner
-		if block {
-			bs = newBlockScanner(text, k)
-		}
 		for len(seg) > 0 {
-			var n int
-			if block {
-				pos := len(text) - len(seg)
-				n = bs.next(pos) - pos
-			} else {
-				n = scan(k, seg)
-			}
+			n := scan(k, seg)
 			p := seg[:n]
 			// The common cases inline: one byte, or a cached pre-token.
 			if n == 1 {
