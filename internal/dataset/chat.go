@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -247,64 +245,32 @@ func (p *chatParser) jsonLines(data []byte, start int, base int64) error {
 // and reads as a single run reads them).
 func ReadChatPieces(ctx context.Context, pieces []Piece, opt Options) (*ChatResult, []PieceResult, error) {
 	all := &ChatResult{}
-	var formats []string
-	var base int64
-	per := make([]PieceResult, len(pieces))
-	for i, pc := range pieces {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, context.Cause(ctx)
-		}
-		var res *ChatResult
-		var err error
+	per, format, err := readEachPiece(ctx, pieces, func(pc Piece) (*ChatResult, error) {
 		if pc.Whole() {
-			res, err = ReadChat(ctx, pc.File, opt)
-		} else {
-			res, err = readChatRange(ctx, pc, opt)
+			return ReadChat(ctx, pc.File, opt)
 		}
-		if err != nil {
-			return nil, nil, err
-		}
+		return readChatRange(ctx, pc, opt)
+	}, func(res *ChatResult, base int64) (int64, int64, Format) {
 		all.Records = append(all.Records, res.Records...)
-		for _, s := range res.Samples {
-			all.Samples = append(all.Samples, base+s)
-		}
-		n := int64(len(res.Records)) + res.Skipped
-		base += n
+		all.Samples = appendShifted(all.Samples, res.Samples, base)
 		all.Skipped += res.Skipped
 		all.Bytes += res.Bytes
 		all.RawBytes += res.RawBytes
-		per[i] = PieceResult{Piece: pc, Format: res.Format, Records: n, Skipped: res.Skipped}
-		if !slices.Contains(formats, string(res.Format)) {
-			formats = append(formats, string(res.Format))
-		}
+		return int64(len(res.Records)), res.Skipped, res.Format
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	all.Format = Format(strings.Join(formats, "+"))
+	all.Format = format
 	return all, per, nil
 }
 
 // readChatRange reads the conversations of the byte range pc of a plain
 // JSON Lines file.
 func readChatRange(ctx context.Context, pc Piece, opt Options) (*ChatResult, error) {
-	if opt.MaxBytes <= 0 {
-		opt.MaxBytes = 64 << 30
-	}
-	if pc.Off < 0 || pc.End > pc.Size || pc.Off >= pc.End {
-		return nil, fmt.Errorf("%s: bad byte range [%d, %d) of %d bytes", pc.File, pc.Off, pc.End, pc.Size)
-	}
-	if pc.End-pc.Off > opt.MaxBytes {
-		return nil, fmt.Errorf("%s: %w: range of %d bytes, at most %d", pc.File, ErrLimit, pc.End-pc.Off, opt.MaxBytes)
-	}
-	r, err := storage.Open(ctx, pc.File)
+	data, err := readPieceBytes(ctx, pc, opt, false)
 	if err != nil {
 		return nil, err
-	}
-	defer r.Close()
-	if r.Size() != pc.Size {
-		return nil, fmt.Errorf("%s: %d bytes, the split was planned for %d", pc.File, r.Size(), pc.Size)
-	}
-	data := make([]byte, pc.End-pc.Off)
-	if _, err := r.ReadAt(data, pc.Off); err != nil && !(errors.Is(err, io.EOF) && pc.End == pc.Size) {
-		return nil, fmt.Errorf("%s: %w", pc.File, err)
 	}
 	res := &ChatResult{Bytes: int64(len(data)), RawBytes: int64(len(data))}
 	p := newChatParser(pc.File, res, opt)

@@ -207,43 +207,66 @@ type PieceResult struct {
 // ErrSplit when its last record runs past its end.
 func ReadPieces(ctx context.Context, pieces []Piece, opt Options) (*Result, []PieceResult, error) {
 	all := &Result{}
+	per, format, err := readEachPiece(ctx, pieces, func(p Piece) (*Result, error) {
+		if p.Whole() {
+			return Read(ctx, p.File, opt)
+		}
+		return readRange(ctx, p, opt)
+	}, func(res *Result, base int64) (int64, int64, Format) {
+		all.Records = append(all.Records, res.Records...)
+		all.Samples = appendShifted(all.Samples, res.Samples, base)
+		all.Skipped += res.Skipped
+		all.Bytes += res.Bytes
+		all.RawBytes += res.RawBytes
+		return int64(len(res.Records)), res.Skipped, res.Format
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	all.Format = format
+	return all, per, nil
+}
+
+// readEachPiece reads pieces in order with read and hands each result to
+// add with the number of records before it (the sample base); add returns
+// the piece's records (not skipped), skipped records and format. It
+// returns the per-piece results and the formats met, joined by "+".
+func readEachPiece[R any](ctx context.Context, pieces []Piece, read func(Piece) (R, error), add func(r R, base int64) (records, skipped int64, f Format)) ([]PieceResult, Format, error) {
 	var formats []string
 	var base int64
 	per := make([]PieceResult, len(pieces))
 	for i, p := range pieces {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, context.Cause(ctx)
+			return nil, "", context.Cause(ctx)
 		}
-		var res *Result
-		var err error
-		if p.Whole() {
-			res, err = Read(ctx, p.File, opt)
-		} else {
-			res, err = readRange(ctx, p, opt)
-		}
+		res, err := read(p)
 		if err != nil {
-			return nil, nil, err
+			return nil, "", err
 		}
-		all.Records = append(all.Records, res.Records...)
-		for _, s := range res.Samples {
-			all.Samples = append(all.Samples, base+s)
-		}
-		n := int64(len(res.Records)) + res.Skipped
+		records, skipped, f := add(res, base)
+		n := records + skipped
 		base += n
-		all.Skipped += res.Skipped
-		all.Bytes += res.Bytes
-		all.RawBytes += res.RawBytes
-		per[i] = PieceResult{Piece: p, Format: res.Format, Records: n, Skipped: res.Skipped}
-		if !slices.Contains(formats, string(res.Format)) {
-			formats = append(formats, string(res.Format))
+		per[i] = PieceResult{Piece: p, Format: f, Records: n, Skipped: skipped}
+		if !slices.Contains(formats, string(f)) {
+			formats = append(formats, string(f))
 		}
 	}
-	all.Format = Format(strings.Join(formats, "+"))
-	return all, per, nil
+	return per, Format(strings.Join(formats, "+")), nil
 }
 
-// readRange reads the JSON Lines records of the byte range p.
-func readRange(ctx context.Context, p Piece, opt Options) (*Result, error) {
+// appendShifted appends base+s for each s of samples to dst.
+func appendShifted(dst, samples []int64, base int64) []int64 {
+	for _, s := range samples {
+		dst = append(dst, base+s)
+	}
+	return dst
+}
+
+// readPieceBytes reads the byte range p of a file (and, with lookahead,
+// the byte after it when there is one), after checking the range against
+// opt.MaxBytes and the file's size against the one the split was planned
+// for.
+func readPieceBytes(ctx context.Context, p Piece, opt Options, lookahead bool) ([]byte, error) {
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = 64 << 30
 	}
@@ -262,12 +285,21 @@ func readRange(ctx context.Context, p Piece, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("%s: %d bytes, the split was planned for %d", p.File, r.Size(), p.Size)
 	}
 	end := p.End
-	if end < p.Size {
+	if lookahead && end < p.Size {
 		end++ // one byte of lookahead: the next range's first record
 	}
 	data := make([]byte, end-p.Off)
 	if _, err := r.ReadAt(data, p.Off); err != nil && !(errors.Is(err, io.EOF) && p.End == p.Size) {
 		return nil, fmt.Errorf("%s: %w", p.File, err)
+	}
+	return data, nil
+}
+
+// readRange reads the JSON Lines records of the byte range p.
+func readRange(ctx context.Context, p Piece, opt Options) (*Result, error) {
+	data, err := readPieceBytes(ctx, p, opt, true)
+	if err != nil {
+		return nil, err
 	}
 	res := &Result{Bytes: p.End - p.Off, RawBytes: p.End - p.Off}
 	bad := res.badRecords(opt)
