@@ -271,3 +271,20 @@ def versitygw(root):
         proc.kill()
         proc.wait()
         log.close()
+
+
+def model_dir(root, family):
+    """A tokenizer directory under root as a model download has it:
+    tokenizer.json, tokenizer_config.json (special tokens, maybe the chat
+    template) and chat_template.jinja where the family keeps it there (from
+    testdata/tokenizers and testdata/chattemplate/families)."""
+    d = root / family
+    d.mkdir()
+    src = os.path.join(REPO, "testdata", "tokenizers", family, "tokenizer.json.zst")
+    (d / "tokenizer.json").write_bytes(read_maybe_zstd(src))
+    fam = os.path.join(REPO, "testdata", "chattemplate", "families", family)
+    for name in os.listdir(fam):
+        with open(os.path.join(fam, name), "rb") as f:
+            (d / name).write_bytes(f.read())
+    return d
+

@@ -12,7 +12,7 @@ import torch
 
 import ferry
 from ferry.serve_client import ServeLoader
-from helpers import REPO, Daemon, build_go_tool, read_maybe_zstd
+from helpers import REPO, Daemon, build_go_tool, model_dir
 
 pa = pytest.importorskip("pyarrow")
 tokenizers = pytest.importorskip("tokenizers")
@@ -25,11 +25,7 @@ BATCH = 3
 def chat_shards(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chatfeed")
     exe = build_go_tool("cmd/dataprep", str(tmp))
-    model = tmp / "qwen2.5"
-    model.mkdir()
-    (model / "tokenizer.json").write_bytes(read_maybe_zstd(f"{REPO}/testdata/tokenizers/qwen2.5/tokenizer.json.zst"))
-    with open(f"{REPO}/testdata/chattemplate/families/qwen2.5/tokenizer_config.json", "rb") as f:
-        (model / "tokenizer_config.json").write_bytes(f.read())
+    model = model_dir(tmp, "qwen2.5")
     out = tmp / "shards"
     r = subprocess.run([exe, "--input", f"{REPO}/testdata/chat/fastchat-dummy/dummy_conversation.json.zst",
                         "--tokenizer", str(model), "--out", str(out), "--mode", "pack", "--seq-len", "1024",

@@ -14,7 +14,7 @@ import torch
 
 import ferry
 from ferry import protocol as sc
-from helpers import REPO, Daemon, arrowcheck, build_go_tool, read_maybe_zstd
+from helpers import REPO, Daemon, arrowcheck, build_go_tool, model_dir
 
 pa = pytest.importorskip("pyarrow")
 
@@ -48,11 +48,7 @@ def dataprep(exe, model, recipe, out, mode):
 def mix(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mix")
     exe = build_go_tool("cmd/dataprep", str(tmp))
-    model = tmp / "qwen2.5"
-    model.mkdir()
-    (model / "tokenizer.json").write_bytes(read_maybe_zstd(f"{REPO}/testdata/tokenizers/qwen2.5/tokenizer.json.zst"))
-    with open(f"{REPO}/testdata/chattemplate/families/qwen2.5/tokenizer_config.json", "rb") as f:
-        (model / "tokenizer_config.json").write_bytes(f.read())
+    model = model_dir(tmp, "qwen2.5")
     recipe = tmp / "recipe.yaml"
     recipe.write_text(RECIPE)
     return {mode: dataprep(exe, model, recipe, tmp / mode, mode) for mode in ("pad", "pack")}

@@ -21,8 +21,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from helpers import REPO
-from test_chat_render import (DATASETS, DATE, FAMILIES, dataprep, hf_tokenizer, model_dir,  # noqa: F401 (fixtures)
+from helpers import REPO, model_dir
+from test_chat_render import (DATASETS, DATE, FAMILIES, dataprep, hf_tokenizer,  # noqa: F401 (fixtures)
                               pinned_clock, records, reference_messages)
 
 pa = pytest.importorskip("pyarrow")

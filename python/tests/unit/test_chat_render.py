@@ -23,7 +23,7 @@ import subprocess
 
 import pytest
 
-from helpers import REPO, build_go_tool, read_maybe_zstd
+from helpers import REPO, build_go_tool, model_dir, read_maybe_zstd
 
 transformers = pytest.importorskip("transformers")
 ctu = pytest.importorskip("transformers.utils.chat_template_utils")
@@ -63,21 +63,6 @@ def pinned_clock():
     ctu.datetime = _PinnedDatetime  # strftime_now reads it at call time; dataprep gets --date
     yield
     ctu.datetime = saved
-
-
-def model_dir(root, family):
-    """A tokenizer directory as a model download has it: tokenizer.json,
-    tokenizer_config.json (special tokens, maybe the template) and
-    chat_template.jinja where the family keeps it there."""
-    d = root / family
-    d.mkdir()
-    src = os.path.join(REPO, "testdata", "tokenizers", family, "tokenizer.json.zst")
-    (d / "tokenizer.json").write_bytes(read_maybe_zstd(src))
-    fam = os.path.join(REPO, "testdata", "chattemplate", "families", family)
-    for name in os.listdir(fam):
-        with open(os.path.join(fam, name), "rb") as f:
-            (d / name).write_bytes(f.read())
-    return d
 
 
 def hf_tokenizer(d):
