@@ -260,7 +260,8 @@ def train_func(config: dict):
     labels = loader.manifest.labels  # the objective: "copy" trains on the pads, as the seed did
     if rank == 0:
         feed = f"ferry-serve at {config['serve']}" if config.get("serve") else "direct (mapped shards)"
-        print(f"ferry feed: {type(loader).__name__}, {feed}, {loader.steps_per_epoch} batches per worker per epoch, "
+        kind = "ServeLoader" if config.get("serve") else "Loader"
+        print(f"ferry feed: {kind}, {feed}, {loader.steps_per_epoch} batches per worker per epoch, "
               f"labels={labels}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"])
     step = resume(model, optimizer, loader, rank)

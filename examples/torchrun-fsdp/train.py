@@ -412,7 +412,7 @@ def main():
     src_sums, src_tokens = torch.zeros(n_src, device=device), torch.zeros(n_src, device=device)
     if rank == 0:
         m = loader.manifest
-        feed = type(loader).__name__ + (f" (ferry-serve at {args.serve})" if args.serve else " (mapped shards)")
+        feed = f"ServeLoader (ferry-serve at {args.serve})" if args.serve else "Loader (mapped shards)"
         print(f"World size={world_size} | model={'tiny' if args.tiny else args.model_name} | data={args.data_dir} "
               f"({m.mode}, seq_len {m.seq_len}, {m.ranks} shards x {m.rows_per_rank} rows, "
               f"{loader.steps_per_epoch} batches per rank per epoch) | feed={feed} | labels={m.labels}"
