@@ -1,6 +1,9 @@
 package tokenize
 
 import (
+	"bytes"
+	"maps"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,11 +23,15 @@ type addedToken struct {
 // trie finds added tokens in text with leftmost-longest semantics, as the
 // Aho-Corasick automaton of HF tokenizers (MatchKind::LeftmostLongest).
 type trie struct {
-	first [256]bool        // bytes that start some token
-	next  map[uint64]int32 // node<<8|byte -> child node
-	term  []int32          // node -> index into toks, -1 when no token ends here
-	toks  []*addedToken    // the tokens
-	lead  string           // the bytes all tokens start with: candidates are skipped to with Index
+	first [256]bool // bytes that start some token
+	// The edges of node n are edgeByte[edgeEnd[n]:edgeEnd[n+1]], to the
+	// nodes edgeNode[...] (an edge list is short: IndexByte finds the byte).
+	edgeEnd  []int32
+	edgeByte []byte
+	edgeNode []int32
+	term     []int32       // node -> index into toks, -1 when no token ends here
+	toks     []*addedToken // the tokens
+	lead     string        // the bytes all tokens start with: candidates are skipped to with Index
 	// With a few tokens, their contents (in toks order), compared directly:
 	// faster than walking the map when candidates are frequent (Llama-2's
 	// "▁<s>" starts where every word does).
@@ -35,7 +42,8 @@ type trie struct {
 const fewTokens = 4
 
 func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
-	t := &trie{next: map[uint64]int32{}, term: []int32{-1}}
+	t := &trie{term: []int32{-1}}
+	next := map[uint64]int32{} // node<<8|byte -> child node
 	for _, tok := range toks {
 		s := content(tok)
 		if s == "" {
@@ -45,11 +53,11 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 		node := int32(0)
 		for i := 0; i < len(s); i++ {
 			k := uint64(node)<<8 | uint64(s[i])
-			child, ok := t.next[k]
+			child, ok := next[k]
 			if !ok {
 				child = int32(len(t.term))
 				t.term = append(t.term, -1)
-				t.next[k] = child
+				next[k] = child
 			}
 			node = child
 		}
@@ -73,6 +81,16 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 	if len(t.few) > fewTokens {
 		t.few = nil
 	}
+	keys := slices.Sorted(maps.Keys(next)) // by node, then byte
+	t.edgeEnd = make([]int32, len(t.term)+1)
+	for _, k := range keys {
+		t.edgeEnd[k>>8+1]++
+		t.edgeByte = append(t.edgeByte, byte(k))
+		t.edgeNode = append(t.edgeNode, next[k])
+	}
+	for n := range len(t.term) {
+		t.edgeEnd[n+1] += t.edgeEnd[n]
+	}
 	return t
 }
 
@@ -94,11 +112,12 @@ func (t *trie) longest(s string) (*addedToken, int) {
 	var best *addedToken
 	bestLen := 0
 	for i := 0; i < len(s); i++ {
-		child, ok := t.next[uint64(node)<<8|uint64(s[i])]
-		if !ok {
+		lo, hi := t.edgeEnd[node], t.edgeEnd[node+1]
+		j := bytes.IndexByte(t.edgeByte[lo:hi], s[i])
+		if j < 0 {
 			break
 		}
-		node = child
+		node = t.edgeNode[lo+int32(j)]
 		if k := t.term[node]; k >= 0 {
 			best, bestLen = t.toks[k], i+1
 		}
