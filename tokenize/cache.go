@@ -10,11 +10,13 @@ import (
 // tags to probe, keys and multi-id values in arenas. It is not safe for
 // concurrent use: each goroutine gets its own through a sync.Pool (see state).
 type ptCache struct {
-	// hot is a direct-mapped front table of short keys with one id. It
-	// stays in the CPU's L2 cache (96 KiB), where slots does not once it
+	// hot is a direct-mapped front table of short keys with one id, sized
+	// to stay in the CPU's L2 cache (1.5 MiB), where slots does not once it
 	// holds tens of thousands of pre-tokens: the frequent pre-tokens of text
 	// (Zipf) are found without a trip to memory. Its entries stay right
-	// after slots is cleared (a key's ids never change).
+	// after slots is cleared (a key's ids never change). On the real 52K
+	// Alpaca prompts (72K distinct pre-tokens) it finds 83% of the short
+	// pre-tokens of a warm pass; at 4,096 entries it found 69%.
 	hot   []hotSlot
 	slots []ptSlot
 	keys  []byte  // bytes of the keys longer than 16 bytes
@@ -43,7 +45,7 @@ type hotSlot struct {
 	id   int32
 }
 
-const hotSlots = 1 << 12
+const hotSlots = 1 << 16
 
 const (
 	// maxCachedLen is the longest pre-token (in bytes) kept in the cache (HF
