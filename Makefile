@@ -11,6 +11,8 @@ FUZZTIME    ?= 300x
 RACE_PKGS   ?= ./...
 # Under -race these packages check a sample of their big golden corpora (the
 # race detector makes them ~10x slower); they run again without it, in full.
+# tokenize runs a third time with -tags noasm: its pure-Go classifier in
+# place of the SIMD one (classify_amd64.s).
 FULL_PKGS   ?= ./tokenize/ ./cmd/dataprep/
 GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION ?= v0.8.2
@@ -87,6 +89,7 @@ ISOLATED := scripts/isolated
 test-go: build
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -race -count=1 $(RACE_PKGS)
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 $(FULL_PKGS)
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 -tags noasm ./tokenize/
 
 # The tests import the installed package (pip install ./python), never the
 # source tree.

@@ -307,8 +307,19 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 	{
 		byteID := &t.model.byteID
 		cache := sc.cache
+		text, block := seg, blockScanKind(k)
+		var bs blockScanner
+		if block {
+			bs = newBlockScanner(text, k)
+		}
 		for len(seg) > 0 {
-			n := scan(k, seg)
+			var n int
+			if block {
+				pos := len(text) - len(seg)
+				n = bs.next(pos) - pos
+			} else {
+				n = scan(k, seg)
+			}
 			p := seg[:n]
 			// The common cases inline: one byte, or a cached pre-token.
 			if n == 1 {
@@ -488,9 +499,14 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 	return string(appendLossy(make([]byte, 0, len(b)), b))
 }
 
-// isASCII reports whether s is all ASCII, 8 bytes at a time.
+// isASCII reports whether s is all ASCII, 32 then 8 bytes at a time.
 func isASCII(s string) bool {
 	i := 0
+	for ; i+32 <= len(s); i += 32 {
+		if (load64(s, i)|load64(s, i+8)|load64(s, i+16)|load64(s, i+24))&0x8080808080808080 != 0 {
+			return false
+		}
+	}
 	for ; i+8 <= len(s); i += 8 {
 		if load64(s, i)&0x8080808080808080 != 0 {
 			return false

@@ -1,0 +1,211 @@
+package tokenize
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ferryml/ferry/tokenize/internal/uclass"
+)
+
+// TestClassify checks the class masks of every byte, at every position of a
+// block, against byteClass, and byteClass against uclass, for the pure-Go
+// classifier and the SIMD one where this machine has it.
+func TestClassify(t *testing.T) {
+	for c := range 256 {
+		k := byteClass[c]
+		if c < 0x80 && k&cX == 0 {
+			want := map[uint8]uclass.Class{cL: uclass.Letter, cD: uclass.Number, cS: uclass.Space,
+				cS | cSP: uclass.Space, cNL: uclass.Space, cP: uclass.Other}[k]
+			if uclass.ASCII[c] != want {
+				t.Errorf("byte %#x: class %d, uclass %d", c, k, uclass.ASCII[c])
+			}
+		}
+		for pos := range 64 {
+			var buf [64]byte
+			for i := range buf {
+				buf[i] = byte(c + 37*i)
+			}
+			buf[pos] = byte(c)
+			for _, f := range classifiers() {
+				m := f.fn(&buf)
+				got := uint8(0)
+				for _, f := range []struct {
+					mask uint64
+					cls  uint8
+				}{{m.l, cL}, {m.d, cD}, {m.s, cS}, {m.sp, cSP}, {m.nl, cNL}, {m.x, cX}} {
+					if f.mask>>pos&1 != 0 {
+						got |= f.cls
+					}
+				}
+				if got&(cL|cD|cS|cNL|cX) == 0 {
+					got |= cP
+				}
+				if got != k || (m.ap>>pos&1 != 0) != (c == '\'') {
+					t.Fatalf("%s: byte %#x at %d: masks give %#x, want %#x", f.name, c, pos, got, k)
+				}
+			}
+		}
+	}
+}
+
+type classifier struct {
+	name string
+	fn   func(*[64]byte) classMasks
+}
+
+// classifiers returns the pure-Go classifier and, where this build and
+// machine have it, the SIMD one.
+func classifiers() []classifier {
+	cs := []classifier{{"go", classifyGo}}
+	if hasAVX2 {
+		cs = append(cs, classifier{"avx2", func(p *[64]byte) (c classMasks) { classifyAVX2(p, &c); return c }})
+	}
+	return cs
+}
+
+// FuzzClassify: the SIMD classifier gives the pure-Go one's masks on any
+// block (where this machine has it; the noasm build tests the pure-Go
+// path alone).
+func FuzzClassify(f *testing.F) {
+	f.Add([]byte("Hello, world! It's 12345 o'clock.\n\n### Response:\n  x\t\r\x00\x7f\x80\xff"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var buf [64]byte
+		copy(buf[:], b)
+		want := classifyGo(&buf)
+		for _, c := range classifiers() {
+			if got := c.fn(&buf); got != want {
+				t.Fatalf("%s: %q: %+v, pure Go %+v", c.name, buf, got, want)
+			}
+		}
+	})
+}
+
+// blockStarts returns the pre-token starts the block scanner gives for s.
+func blockStarts(s string, k scanKind) []int {
+	var out []int
+	b := newBlockScanner(s, k)
+	for pos := 0; pos < len(s); {
+		out = append(out, pos)
+		end := b.next(pos)
+		if end <= pos {
+			panic("no progress")
+		}
+		pos = end
+	}
+	return out
+}
+
+func scanStarts(s string, k scanKind) []int {
+	var out []int
+	for pos := 0; pos < len(s); pos += scan(k, s[pos:]) {
+		out = append(out, pos)
+	}
+	return out
+}
+
+// checkBlockScan compares the block scanner's starts with scan's on s and
+// on s shifted against the block boundaries.
+func checkBlockScan(t *testing.T, s string) {
+	for _, k := range []scanKind{scanQwen2, scanLlama3} {
+		for _, shift := range []int{0, 1, 2, 3, 61, 62, 63} {
+			in := strings.Repeat("a", shift) + s
+			got, want := blockStarts(in, k), scanStarts(in, k)
+			if len(got) != len(want) {
+				t.Fatalf("kind %d, %q: block starts %v, scan %v", k, in, got, want)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("kind %d, %q: block starts %v, scan %v", k, in, got, want)
+				}
+			}
+		}
+	}
+}
+
+var blockScanSeeds = []string{
+	"Hello, world! It's 12345 o'clock.\n\n### Response:\n  indented\tcode();\r\n",
+	"don't 'S 'RE 'll 'LL 've 'm 'd 't 'x '' '  ' 's", "a\n \n  b\n\n\n c  \n", "1234567 89 x1y22z333",
+	"(foo) [bar] .,b a .b \tx \t. ''s .'s", "héllo wörld 12٣45 'ſ x\u00a0y \u3000z", "a\x00b\x0bc\x0c\x1cd\x7f",
+	"\U0001f600'Lls \U0001f600'ddc", "   ", "\n", "x ", " x", "'", "''s", strings.Repeat("ab ", 40) + strings.Repeat("9", 70) + strings.Repeat(" ", 70) + "\n" + strings.Repeat(".", 66) + "\n\n",
+}
+
+func TestBlockScan(t *testing.T) {
+	for _, s := range blockScanSeeds {
+		checkBlockScan(t, s)
+	}
+	for _, s := range alpacaPrompts(t, "")[:200] {
+		checkBlockScan(t, s)
+	}
+	for _, s := range corpusTexts(t) {
+		checkBlockScan(t, s)
+	}
+	for _, r := range readJSONL[struct {
+		Text string `json:"text"`
+	}](t, filepath.Join("testdata", "probes", "input.jsonl.zst")) {
+		checkBlockScan(t, r.Text)
+	}
+}
+
+// FuzzBlockScan: the block scanner and scan give the same pre-token starts
+// on any input, for Qwen2 and Llama-3.
+func FuzzBlockScan(f *testing.F) {
+	for _, s := range blockScanSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) { checkBlockScan(t, s) })
+}
+
+// TestTranspose checks the transposed order against the byte order.
+func TestTranspose(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 1000 {
+		x = x*6364136223846793005 + 1442695040888963407
+		lin := x
+		tr := transpose(lin)
+		for i := range 64 {
+			if tr>>(8*(i&7)+i>>3)&1 != lin>>i&1 {
+				t.Fatalf("transpose(%#x): byte %d misplaced", lin, i)
+			}
+		}
+		if transpose(tr) != lin {
+			t.Fatalf("transpose is not its own inverse on %#x", lin)
+		}
+	}
+}
+
+// BenchmarkPreTokens is the pre-token boundaries alone over the bundled
+// Alpaca prompts: scan one pre-token at a time, or the block scanner.
+func BenchmarkPreTokens(b *testing.B) {
+	texts := alpacaPrompts(b, "")
+	n := 0
+	for _, s := range texts {
+		n += len(s)
+	}
+	for _, k := range []scanKind{scanQwen2, scanLlama3} {
+		name := map[scanKind]string{scanQwen2: "qwen2", scanLlama3: "llama3"}[k]
+		b.Run("scan/"+name, func(b *testing.B) {
+			b.SetBytes(int64(n))
+			c0 := cpuSeconds()
+			for b.Loop() {
+				for _, s := range texts {
+					for pos := 0; pos < len(s); pos += scan(k, s[pos:]) {
+					}
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
+		})
+		b.Run("block/"+name, func(b *testing.B) {
+			b.SetBytes(int64(n))
+			c0 := cpuSeconds()
+			for b.Loop() {
+				for _, s := range texts {
+					bs := newBlockScanner(s, k)
+					for pos := 0; pos < len(s); pos = bs.next(pos) {
+					}
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
+		})
+	}
+}
