@@ -63,8 +63,17 @@ func newBlockScanner(s string, k scanKind) blockScanner {
 }
 
 // next returns the end of the pre-token that starts at s[pos] (pos < len(s),
-// and pos a pre-token start).
+// and pos a pre-token start). The common case, the end known in pos's
+// block, inlines; nextSlow does the rest.
 func (b *blockScanner) next(pos int) int {
+	m := (b.starts | b.unknown) &^ (2<<(pos&63) - 1)
+	if pos&^63 == b.base && m != 0 && b.unknown&(m&-m) == 0 {
+		return b.base + bits.TrailingZeros64(m)
+	}
+	return b.nextSlow(pos)
+}
+
+func (b *blockScanner) nextSlow(pos int) int {
 	base := pos &^ 63
 	if base != b.base {
 		b.load(base)

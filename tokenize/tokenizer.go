@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"math/bits"
 	"runtime"
 	"slices"
 	"strings"
@@ -315,8 +316,14 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 		for len(seg) > 0 {
 			var n int
 			if block {
+				// bs.next(pos) - pos, its common case inlined
 				pos := len(text) - len(seg)
-				n = bs.next(pos) - pos
+				m := (bs.starts | bs.unknown) &^ (2<<(pos&63) - 1)
+				if pos&^63 == bs.base && m != 0 && bs.unknown&(m&-m) == 0 {
+					n = bs.base + bits.TrailingZeros64(m) - pos
+				} else {
+					n = bs.nextSlow(pos) - pos
+				}
 			} else {
 				n = scan(k, seg)
 			}
