@@ -6,9 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -31,7 +31,10 @@ import (
 // offset and id in it check out; anything else (a stale, truncated or
 // corrupt file, an unreadable or read-only directory) makes Load parse
 // tokenizer.json and, where it can, write the file again. Writes go to a
-// temporary file renamed into place, so readers never see half a file.
+// temporary file renamed into place, so readers never see half a file, and
+// a file once written never changes: Load maps it read-only and uses its
+// tables where they lie, for as long as the process lives (nothing is
+// copied or decoded, and the strings of tokens point into it).
 //
 // Layout (all integers little-endian; the tables are used in place where
 // the machine is little-endian, see internal/le):
@@ -108,8 +111,10 @@ type modelTables struct {
 	vocabSize          int
 	unkID              int32
 	charLevel, symCut  bool
-	tokens             []string // decoded[id] is vocab.key(id)
-	isToken, odd       []bool
+	tokens             []string
+	decoded            []string // vocab.key(id); set when read from the cache
+	isToken            []bool
+	oddIDs             []int32 // the ids of Tokenizer.oddTokens
 	vocab              vocabIndex
 	byteID, fallbackID [256]int32
 	merges             mergeTable
@@ -122,9 +127,9 @@ func (t *Tokenizer) snapshotTables() *modelTables {
 	bm := &t.model
 	mt := &modelTables{vocabSize: t.vocabSize, unkID: bm.unkID, charLevel: bm.charLevel, symCut: bm.symCut,
 		tokens: slices.Clone(t.tokens), isToken: slices.Clone(t.isToken),
-		odd: make([]bool, len(t.tokens)), vocab: bm.vocab, byteID: bm.byteID, fallbackID: bm.fallbackID, merges: bm.merges}
+		vocab: bm.vocab, byteID: bm.byteID, fallbackID: bm.fallbackID, merges: bm.merges}
 	for _, id := range t.oddTokens {
-		mt.odd[id] = true
+		mt.oddIDs = append(mt.oddIDs, id)
 	}
 	return mt
 }
@@ -140,16 +145,10 @@ func (t *Tokenizer) installTables(mt *modelTables) error {
 	bm.unkID, bm.symCut = mt.unkID, mt.symCut
 	bm.vocab, bm.byteID, bm.fallbackID, bm.merges, bm.bytePairs = mt.vocab, mt.byteID, mt.fallbackID, mt.merges, mt.bytePairs
 	bm.selfBPE = mt.selfBPE
-	t.tokens, t.isToken = mt.tokens, mt.isToken
-	t.decoded = make([]string, len(mt.tokens), cap(mt.tokens))
-	for id := range t.decoded {
-		t.decoded[id] = mt.vocab.key(uint32(id))
-	}
-	t.oddTokens = map[string]int32{}
-	for id, odd := range mt.odd {
-		if odd {
-			t.oddTokens[t.tokens[id]] = int32(id)
-		}
+	t.tokens, t.decoded, t.isToken = mt.tokens, mt.decoded, mt.isToken
+	t.oddTokens = make(map[string]int32, len(mt.oddIDs))
+	for _, id := range mt.oddIDs {
+		t.oddTokens[t.tokens[id]] = id
 	}
 	return nil
 }
@@ -230,18 +229,19 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 	dst = append(dst, mt.vocab.keys...)
 	pad()
 	section(len(mt.tokens))
+	flags0 := len(dst)
 	for id := range mt.tokens {
 		var f byte
 		if mt.isToken[id] {
 			f |= 1
 		}
-		if mt.odd[id] {
-			f |= 2
-		}
 		if mt.selfBPE != nil && mt.selfBPE[id] {
 			f |= 4
 		}
 		dst = append(dst, f)
+	}
+	for _, id := range mt.oddIDs {
+		dst[flags0+int(id)] |= 2
 	}
 	pad()
 	u64s(mt.vocab.slots)
@@ -406,31 +406,51 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	v.keys = r.arena("keys", v.ends)
 	idFlags := r.section("idFlags", nIDs, 1)
 	vs := r.section("vocabSlots", -1, 8)
+	var ids [2][]byte
+	for k := range ids {
+		ids[k] = r.section("byteID", 4*256, 4)
+	}
+	msOff := r.off
+	ms := r.section("mergeSlots", -1, 16)
+	bpOff := r.off
+	bp := r.section("bytePairs", -1, 8)
+	if r.err == nil && r.off != len(body) {
+		r.fail("%d bytes after the last section", len(body)-r.off)
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
+	// The sections are in place. The merge table, most of the file, is
+	// checked beside the rest.
+	mergeErr := make(chan error, 1)
+	go func() { mergeErr <- mt.readMerges(ms, bp, sc[6], nIDs, name, msOff, bpOff) }()
 	var f fileJSON
-	if err := json.Unmarshal(rest, &f); err != nil {
-		return nil, corrupt(name, "rest: %v", err)
+	err := json.Unmarshal(rest, &f)
+	if err == nil && (f.Model == nil || f.Model.Vocab != nil || len(f.Model.Merges.pairs) != 0) {
+		err = errors.New("the model is missing or has its tables")
 	}
-	if f.Model == nil || f.Model.Vocab != nil || len(f.Model.Merges.pairs) != 0 {
-		return nil, corrupt(name, "rest: the model is missing or has its tables")
+	if err != nil {
+		<-mergeErr
+		return nil, corrupt(name, "rest: %v", err)
 	}
 	// Room for the added tokens' ids, which parseAdded appends.
 	room := nIDs + min(len(f.AddedTokens), nIDs+1)
-	mt.tokens = make([]string, nIDs, room)
-	for id := range mt.tokens {
-		mt.tokens[id] = tokArena[tokEnds[id]:tokEnds[id+1]]
-	}
-	mt.isToken, mt.odd = make([]bool, nIDs, room), make([]bool, nIDs)
+	mt.tokens = le.Substrings(tokArena, tokEnds, room)
+	mt.decoded = le.Substrings(v.keys, v.ends, room)
+	mt.isToken = make([]bool, nIDs, room)
 	if flags&4 != 0 {
 		mt.selfBPE = make([]bool, nIDs)
 	}
 	var allFlags byte
 	for id, f := range idFlags {
 		allFlags |= f
-		mt.isToken[id], mt.odd[id] = f&1 != 0, f&2 != 0
-		if mt.selfBPE != nil {
+		mt.isToken[id] = f&1 != 0
+		if f&2 != 0 {
+			mt.oddIDs = append(mt.oddIDs, int32(id))
+		}
+	}
+	if mt.selfBPE != nil {
+		for id, f := range idFlags {
 			mt.selfBPE[id] = f&4 != 0
 		}
 	}
@@ -439,70 +459,21 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	}
 	v.slots = le.Uint64s(vs)
 	v.shift = r.tableShift("vocabSlots", len(v.slots), sc[4])
-	filled, bad := 0, false
-	for _, e := range v.slots {
-		if e != 0 {
-			filled++
-			bad = bad || e&(1<<32) == 0 || uint32(e) >= uint32(nIDs)
-		}
-	}
-	if bad || filled >= len(v.slots) || filled != v.n {
-		r.fail("vocabSlots: %d of %d slots filled, %d keys; tags and ids valid: %v", filled, len(v.slots), v.n, !bad)
+	if filled, maxID, tags := checkVocabSlots(v.slots); tags || filled >= len(v.slots) || filled != v.n || (filled > 0 && int(maxID) >= nIDs) {
+		r.fail("vocabSlots: %d of %d slots filled, %d keys; tags and ids valid: %v", filled, len(v.slots), v.n, !tags && (filled == 0 || int(maxID) < nIDs))
 	}
 	mt.vocab = v
-	validID := func(id int32) bool { return id >= 0 && int(id) < nIDs }
 	for k, dst := range []*[256]int32{&mt.byteID, &mt.fallbackID} {
-		b := r.section("byteID", 4*256, 4)
-		if r.err != nil {
-			return nil, r.err
-		}
-		for i, x := range le.CopyUint32s(b) {
+		for i, x := range le.CopyUint32s(ids[k]) {
 			id := int32(x)
-			if id != -1 && !validID(id) && !(k == 1 && id == 0) {
+			if id != -1 && !(id >= 0 && int(id) < nIDs) && !(k == 1 && id == 0) {
 				r.fail("byte %d: id %d of %d", i, id, nIDs)
 			}
 			dst[i] = id
 		}
 	}
-	ms := r.section("mergeSlots", -1, 16)
-	if r.err != nil {
-		return nil, r.err
-	}
-	mt.merges = mergeTable{slots: le.Uint64s(ms)}
-	mt.merges.shift = r.tableShift("mergeSlots", len(mt.merges.slots)/2, sc[6])
-	empty, maxID := 0, uint32(0)
-	bad = false
-	for i := 0; i+1 < len(mt.merges.slots); i += 2 {
-		k, val := mt.merges.slots[i], mt.merges.slots[i+1]
-		if k == 0 {
-			empty++
-			continue
-		}
-		bad = bad || k&mergeUsed == 0
-		maxID = max(maxID, uint32(k>>32)&0x7fffffff, uint32(k), uint32(val))
-	}
-	if bad || empty == 0 || (maxID >= uint32(nIDs) && 2*empty < len(mt.merges.slots)) {
-		r.fail("mergeSlots: %d empty slots, ids up to %d of %d", empty, maxID, nIDs)
-	}
-	bp := r.section("bytePairs", -1, 8)
-	if r.err != nil {
-		return nil, r.err
-	}
-	if len(bp) != 0 {
-		if len(bp) != 8<<16 || mt.charLevel {
-			r.fail("bytePairs: %d bytes, want 0 or %d", len(bp), 8<<16)
-			return nil, r.err
-		}
-		mt.bytePairs = le.Uint64s(bp)
-		for _, x := range mt.bytePairs {
-			bad = bad || (x>>32 != noRank && uint32(x) >= uint32(nIDs))
-		}
-		if bad {
-			r.fail("bytePairs: a merged id out of range")
-		}
-	}
-	if r.err == nil && r.off != len(body) {
-		r.fail("%d bytes after the last section", len(body)-r.off)
+	if err := <-mergeErr; r.err == nil {
+		r.err = err
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -514,25 +485,83 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// readCompiledFile reads a compiled cache file of at most maxCompiledSize bytes.
-func readCompiledFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// readMerges sets mt.merges and mt.bytePairs from their sections (at
+// offsets msOff and bpOff of the body) after checking them: every filled
+// slot marked used, every id below nIDs, an empty slot to end each probe.
+// It reads only its arguments and mt.charLevel, so it runs beside the rest.
+func (mt *modelTables) readMerges(ms, bp []byte, shift uint32, nIDs int, name string, msOff, bpOff int) error {
+	fail := func(off int, format string, args ...any) error {
+		return &CorruptError{Kind: ErrCorrupt, Path: name, Offset: int64(off), What: fmt.Sprintf(format, args...)}
+	}
+	slots := le.Uint64s(ms)
+	n := len(slots) / 2
+	if n < 16 || n&(n-1) != 0 || uint(shift) != uint(64-bits.TrailingZeros(uint(n))) {
+		return fail(msOff, "mergeSlots: %d slots with shift %d", n, shift)
+	}
+	mt.merges = mergeTable{slots: slots, shift: uint(shift)}
+	empty, maxID, unmarked := checkMergeSlots(slots)
+	if unmarked || empty == 0 || (maxID >= uint32(nIDs) && 2*empty < len(slots)) {
+		return fail(msOff, "mergeSlots: %d empty slots, ids up to %d of %d", empty, maxID, nIDs)
+	}
+	if len(bp) == 0 {
+		return nil
+	}
+	if len(bp) != 8<<16 || mt.charLevel {
+		return fail(bpOff, "bytePairs: %d bytes, want 0 or %d", len(bp), 8<<16)
+	}
+	mt.bytePairs = le.Uint64s(bp)
+	for _, x := range mt.bytePairs {
+		if x>>32 != noRank && uint32(x) >= uint32(nIDs) {
+			return fail(bpOff, "bytePairs: a merged id out of range")
+		}
+	}
+	return nil
+}
+
+// checkVocabSlots returns the number of filled slots of a vocabulary index,
+// the largest id in them and whether a filled one lacks its tag's low bit
+// (vocabIndex.set always sets it). No branches: the slots are megabytes.
+func checkVocabSlots(slots []uint64) (filled int, maxID uint32, untagged bool) {
+	var bad uint64
+	for _, e := range slots {
+		full := (e | -e) >> 63 // 1 when e != 0
+		filled += int(full)
+		bad |= full &^ (e >> 32)
+		maxID = max(maxID, uint32(e))
+	}
+	return filled, maxID, bad&1 != 0
+}
+
+// checkMergeSlots returns the number of empty slots of a merge table, the
+// largest id in the filled ones and whether a filled key lacks mergeUsed.
+func checkMergeSlots(slots []uint64) (empty int, maxID uint32, unmarked bool) {
+	var bad uint64
+	for i := 0; i+1 < len(slots); i += 2 {
+		s := slots[i : i+2 : i+2]
+		k, val := s[0], s[1]
+		full := (k | -k) >> 63
+		empty += int(full ^ 1)
+		bad |= full &^ (k >> 63)
+		maxID = max(maxID, uint32(k>>32)&0x7fffffff, uint32(k), uint32(val)&-uint32(full))
+	}
+	return empty, maxID, bad != 0
+}
+
+// readCompiledFile returns the bytes of a compiled cache file of at most
+// maxCompiledSize bytes, mapped read-only where the system allows (no copy:
+// the tables are used in place), and a function that releases them when
+// they are not used. A Tokenizer read from them keeps them for the life of
+// the process: strings it returns alias them. writeCompiled replaces files
+// by rename, so a mapped file never changes under its readers.
+func readCompiledFile(path string) ([]byte, func(), error) {
+	b, mapped, err := le.ReadFile(path, maxCompiledSize)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
+	if !mapped {
+		return b, func() {}, nil
 	}
-	if st.Size() > maxCompiledSize || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", path, maxCompiledSize)
-	}
-	b := make([]byte, st.Size())
-	if _, err := io.ReadFull(f, b); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return b, func() { le.Unmap(b) }, nil
 }
 
 // writeCompiled writes b to path atomically: a temporary file in the same

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,6 +51,50 @@ func TestCompiledSame(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCompiledMapped: a tokenizer read from the cache (its tables and
+// token strings in the mapped file) stays whole after the file is deleted
+// and rewritten, through garbage collections.
+func TestCompiledMapped(t *testing.T) {
+	dir := filepath.Join(fixtures, "llama3.1")
+	t.Setenv("FERRY_TOKENIZER_CACHE", "off")
+	parsed, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", cache)
+	var toks []*Tokenizer
+	for i, wantCompiled := range []bool{false, true, false, true} {
+		tok, err := Load(dir)
+		if err != nil || tok.compiled != wantCompiled {
+			t.Fatalf("Load %d: %v, compiled %v", i+1, err, tok != nil && tok.compiled)
+		}
+		toks = append(toks, tok)
+		if i == 1 {
+			// The next Load writes the file again.
+			if err := os.Remove(compiledFile(t, cache)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.GC()
+	}
+	text := "Hello, world! ſ 123 <|begin_of_text|>"
+	want := parsed.Encode(text, true)
+	for i, tok := range toks {
+		runtime.GC()
+		if got := tok.Encode(text, true); !slices.Equal(got, want) {
+			t.Fatalf("tokenizer %d: %v, want %v", i+1, got, want)
+		}
+		if got, ok := tok.Token(want[1]); !ok || got != parsed.tokens[want[1]] {
+			t.Fatalf("tokenizer %d: token %d is %q", i+1, want[1], got)
+		}
+		tok.compiled = false
+		if !reflect.DeepEqual(tok, parsed) {
+			t.Fatalf("tokenizer %d differs from the parsed one", i+1)
+		}
 	}
 }
 

@@ -85,10 +85,11 @@ func loadFile(path string) (*Tokenizer, error) {
 	}
 	key := sourceKey(raw)
 	cpath := filepath.Join(dir, compiledName(key))
-	if b, err := readCompiledFile(cpath); err == nil {
+	if b, release, err := readCompiledFile(cpath); err == nil {
 		if t, err := readCompiled(b, key, cpath); err == nil {
 			return t, nil
 		}
+		release()
 	}
 	data, err := decompress(path, raw)
 	if err != nil {

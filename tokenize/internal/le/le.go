@@ -1,11 +1,13 @@
-// Package le reads arrays of little-endian integers out of a byte slice,
-// for the tokenizer's compiled cache: on little-endian machines, when b is
-// aligned, the returned slice shares b's memory (no copy, no decode);
-// otherwise, and always with the purego tag, it is a decoded copy.
+// Package le reads the tokenizer's compiled cache in place: it maps the
+// file read-only (ReadFile), and views arrays of little-endian integers and
+// strings in it. On little-endian machines, when b is aligned, the returned
+// slice shares b's memory (no copy, no decode); otherwise, and always with
+// the purego tag, it is a decoded copy.
 //
 // A shared slice aliases b: the caller must not write to b afterwards.
 // Both forms are always compiled (CopyUint32s, CopyUint64s) and tested
-// against each other.
+// against each other. Substrings cuts an arena into strings, without the
+// GC's write barrier where the arena is mapped.
 package le
 
 import "encoding/binary"
