@@ -2,70 +2,119 @@
 
 #include "textflag.h"
 
-// CLASSIFY classifies the 32 bytes in register V and stores the low or high
-// 32 bits (OFF 0 or 4) of each mask of classMasks at DI: l, d, s, sp, nl, ap,
-// x at 0, 8, ..., 48. The constants are in Y6-Y15 (see classifyAVX2). Signed
-// byte compares: a byte >= 0x80 is negative, so it is in no class but x.
-// In order: letters ('a'-1 < b|0x20 < 'z'+1), digits ('0'-1 < b < '9'+1),
-// ' ', s (' ' or '\t'), nl ('\n' or '\r'), the apostrophe, and x (b < 0x20
-// but not '\t', '\n' or '\r', or DEL).
-#define CLASSIFY(V, OFF) \
-	VPOR      Y15, V, Y2 \
+// The constants of HALF, each byte repeated 32 times: 0x20, 'a'-1, 'z'+1,
+// '0'-1, '9'+1, '\'', '\t', '\n', '\r', DEL.
+DATA classifyConsts<>+0(SB)/8, $0x2020202020202020
+DATA classifyConsts<>+8(SB)/8, $0x2020202020202020
+DATA classifyConsts<>+16(SB)/8, $0x2020202020202020
+DATA classifyConsts<>+24(SB)/8, $0x2020202020202020
+DATA classifyConsts<>+32(SB)/8, $0x6060606060606060
+DATA classifyConsts<>+40(SB)/8, $0x6060606060606060
+DATA classifyConsts<>+48(SB)/8, $0x6060606060606060
+DATA classifyConsts<>+56(SB)/8, $0x6060606060606060
+DATA classifyConsts<>+64(SB)/8, $0x7b7b7b7b7b7b7b7b
+DATA classifyConsts<>+72(SB)/8, $0x7b7b7b7b7b7b7b7b
+DATA classifyConsts<>+80(SB)/8, $0x7b7b7b7b7b7b7b7b
+DATA classifyConsts<>+88(SB)/8, $0x7b7b7b7b7b7b7b7b
+DATA classifyConsts<>+96(SB)/8, $0x2f2f2f2f2f2f2f2f
+DATA classifyConsts<>+104(SB)/8, $0x2f2f2f2f2f2f2f2f
+DATA classifyConsts<>+112(SB)/8, $0x2f2f2f2f2f2f2f2f
+DATA classifyConsts<>+120(SB)/8, $0x2f2f2f2f2f2f2f2f
+DATA classifyConsts<>+128(SB)/8, $0x3a3a3a3a3a3a3a3a
+DATA classifyConsts<>+136(SB)/8, $0x3a3a3a3a3a3a3a3a
+DATA classifyConsts<>+144(SB)/8, $0x3a3a3a3a3a3a3a3a
+DATA classifyConsts<>+152(SB)/8, $0x3a3a3a3a3a3a3a3a
+DATA classifyConsts<>+160(SB)/8, $0x2727272727272727
+DATA classifyConsts<>+168(SB)/8, $0x2727272727272727
+DATA classifyConsts<>+176(SB)/8, $0x2727272727272727
+DATA classifyConsts<>+184(SB)/8, $0x2727272727272727
+DATA classifyConsts<>+192(SB)/8, $0x0909090909090909
+DATA classifyConsts<>+200(SB)/8, $0x0909090909090909
+DATA classifyConsts<>+208(SB)/8, $0x0909090909090909
+DATA classifyConsts<>+216(SB)/8, $0x0909090909090909
+DATA classifyConsts<>+224(SB)/8, $0x0a0a0a0a0a0a0a0a
+DATA classifyConsts<>+232(SB)/8, $0x0a0a0a0a0a0a0a0a
+DATA classifyConsts<>+240(SB)/8, $0x0a0a0a0a0a0a0a0a
+DATA classifyConsts<>+248(SB)/8, $0x0a0a0a0a0a0a0a0a
+DATA classifyConsts<>+256(SB)/8, $0x0d0d0d0d0d0d0d0d
+DATA classifyConsts<>+264(SB)/8, $0x0d0d0d0d0d0d0d0d
+DATA classifyConsts<>+272(SB)/8, $0x0d0d0d0d0d0d0d0d
+DATA classifyConsts<>+280(SB)/8, $0x0d0d0d0d0d0d0d0d
+DATA classifyConsts<>+288(SB)/8, $0x7f7f7f7f7f7f7f7f
+DATA classifyConsts<>+296(SB)/8, $0x7f7f7f7f7f7f7f7f
+DATA classifyConsts<>+304(SB)/8, $0x7f7f7f7f7f7f7f7f
+DATA classifyConsts<>+312(SB)/8, $0x7f7f7f7f7f7f7f7f
+GLOBL classifyConsts<>(SB), RODATA|NOPTR, $320
+
+// HALF classifies the 32 bytes in register V into the 32-bit masks L
+// (letters: 'a'-1 < b|0x20 < 'z'+1), D (digits: '0'-1 < b < '9'+1), S (' '
+// and '\t'), SP (' '), NL ('\n' and '\r'), AP (the apostrophe) and X (b <
+// 0x20 but not '\t', '\n' or '\r', or DEL). The compares are signed: a
+// byte >= 0x80 is negative, so it is in no class but X. The constants are
+// in Y6-Y15 (see classifyAVX2); Y2-Y5 are scratch.
+#define HALF(V, L, D, S, SP, NL, AP, X) \
+	VPOR      Y15, V, Y2  \
 	VPCMPGTB  Y14, Y2, Y3 \
 	VPCMPGTB  Y2, Y13, Y4 \
-	VPAND     Y3, Y4, Y3   \
-	VPMOVMSKB Y3, AX       \
-	MOVL      AX, (0+OFF)(DI) \
-	VPCMPGTB  Y12, V, Y3 \
-	VPCMPGTB  V, Y11, Y4 \
-	VPAND     Y3, Y4, Y3   \
-	VPMOVMSKB Y3, AX       \
-	MOVL      AX, (8+OFF)(DI) \
-	VPCMPEQB  Y15, V, Y3 \
-	VPMOVMSKB Y3, AX       \
-	MOVL      AX, (24+OFF)(DI) \
-	VPCMPEQB  Y9, V, Y4 \
-	VPOR      Y3, Y4, Y5   \
-	VPMOVMSKB Y5, AX       \
-	MOVL      AX, (16+OFF)(DI) \
-	VPCMPEQB  Y8, V, Y3 \
-	VPCMPEQB  Y7, V, Y5 \
-	VPOR      Y3, Y5, Y3   \
-	VPMOVMSKB Y3, AX       \
-	MOVL      AX, (32+OFF)(DI) \
-	VPCMPEQB  Y10, V, Y5 \
-	VPMOVMSKB Y5, AX       \
-	MOVL      AX, (40+OFF)(DI) \
-	VPCMPGTB  V, Y15, Y5 \
-	VPOR      Y4, Y3, Y4 \
-	VPANDN    Y5, Y4, Y5 \
-	VPCMPEQB  Y6, V, Y3 \
-	VPOR      Y3, Y5, Y5   \
-	VPMOVMSKB Y5, AX       \
-	MOVL      AX, (48+OFF)(DI)
+	VPAND     Y3, Y4, Y3  \
+	VPMOVMSKB Y3, L       \
+	VPCMPGTB  Y12, V, Y3  \
+	VPCMPGTB  V, Y11, Y4  \
+	VPAND     Y3, Y4, Y3  \
+	VPMOVMSKB Y3, D       \
+	VPCMPEQB  Y15, V, Y3  \
+	VPMOVMSKB Y3, SP      \
+	VPCMPEQB  Y9, V, Y4   \
+	VPOR      Y3, Y4, Y5  \
+	VPMOVMSKB Y5, S       \
+	VPCMPEQB  Y8, V, Y3   \
+	VPCMPEQB  Y7, V, Y5   \
+	VPOR      Y3, Y5, Y3  \
+	VPMOVMSKB Y3, NL      \
+	VPCMPEQB  Y10, V, Y5  \
+	VPMOVMSKB Y5, AP      \
+	VPCMPGTB  V, Y15, Y5  \
+	VPOR      Y4, Y3, Y4  \
+	VPANDN    Y5, Y4, Y5  \
+	VPCMPEQB  Y6, V, Y3   \
+	VPOR      Y3, Y5, Y5  \
+	VPMOVMSKB Y5, X
 
-#define BCAST(c, Y) \
-	MOVL $c, AX        \
-	VMOVQ AX, X0       \
-	VPBROADCASTB X0, Y
+// JOIN puts the high half H above the low half L and stores L at OFF(AX).
+#define JOIN(L, H, OFF) \
+	SHLQ $32, H  \
+	ORQ  H, L    \
+	MOVQ L, OFF(AX)
 
 // func classifyAVX2(p *[64]byte, c *classMasks)
+//
+// classMasks is seven uint64: l, d, s, sp, nl, ap, x. Each is written with
+// one 64-bit store, so that reading it back is forwarded from the store.
 TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
-	MOVQ p+0(FP), SI
-	MOVQ c+8(FP), DI
-	BCAST(0x20, Y15)
-	BCAST(0x60, Y14)
-	BCAST(0x7b, Y13)
-	BCAST(0x2f, Y12)
-	BCAST(0x3a, Y11)
-	BCAST(0x27, Y10)
-	BCAST(0x09, Y9)
-	BCAST(0x0a, Y8)
-	BCAST(0x0d, Y7)
-	BCAST(0x7f, Y6)
+	MOVQ    p+0(FP), SI
 	VMOVDQU 0(SI), Y0
 	VMOVDQU 32(SI), Y1
-	CLASSIFY(Y0, 0)
-	CLASSIFY(Y1, 4)
+	VMOVDQU classifyConsts<>+0(SB), Y15
+	VMOVDQU classifyConsts<>+32(SB), Y14
+	VMOVDQU classifyConsts<>+64(SB), Y13
+	VMOVDQU classifyConsts<>+96(SB), Y12
+	VMOVDQU classifyConsts<>+128(SB), Y11
+	VMOVDQU classifyConsts<>+160(SB), Y10
+	VMOVDQU classifyConsts<>+192(SB), Y9
+	VMOVDQU classifyConsts<>+224(SB), Y8
+	VMOVDQU classifyConsts<>+256(SB), Y7
+	VMOVDQU classifyConsts<>+288(SB), Y6
+	HALF(Y0, R8, R9, R10, R11, R12, R13, R14)
+	HALF(Y1, AX, BX, CX, DX, SI, DI, R15)
 	VZEROUPPER
+	SHLQ    $32, AX
+	ORQ     AX, R8
+	MOVQ    c+8(FP), AX
+	MOVQ    R8, 0(AX)
+	JOIN(R9, BX, 8)
+	JOIN(R10, CX, 16)
+	JOIN(R11, DX, 24)
+	JOIN(R12, SI, 32)
+	JOIN(R13, DI, 40)
+	JOIN(R14, R15, 48)
 	RET
