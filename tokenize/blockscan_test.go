@@ -209,3 +209,20 @@ func BenchmarkPreTokens(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClassify is the classification of one 64-byte block, by each
+// classifier this build and machine have.
+func BenchmarkClassify(b *testing.B) {
+	var buf [64]byte
+	copy(buf[:], "Give three tips for staying healthy.\n\n### Response:\n1. Eat a b")
+	for _, c := range classifiers() {
+		b.Run(c.name, func(b *testing.B) {
+			var sink uint64
+			for b.Loop() {
+				m := c.fn(&buf)
+				sink += m.l
+			}
+			_ = sink
+		})
+	}
+}
