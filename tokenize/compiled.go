@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -593,3 +594,35 @@ func writeCompiled(path string, b []byte) error {
 
 // sourceKey is the cache key of a source file's bytes.
 func sourceKey(raw []byte) [32]byte { return sha256.Sum256(raw) }
+
+// hashSource returns the cache key of the file at path (of at most
+// MaxFileSize bytes), read through a small buffer: a Load from the cache
+// needs no copy of the source, and its megabytes never reach the heap.
+func hashSource(path string) ([32]byte, error) {
+	var key [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return key, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() > MaxFileSize {
+		return key, fmt.Errorf("%s: not a file of at most %d bytes", path, MaxFileSize)
+	}
+	h := sha256.New()
+	buf := make([]byte, 64<<10)
+	for n := int64(0); ; {
+		k, err := f.Read(buf)
+		h.Write(buf[:k])
+		if n += int64(k); n > MaxFileSize {
+			return key, fmt.Errorf("%s: larger than %d bytes", path, MaxFileSize)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return key, err
+		}
+	}
+	h.Sum(key[:0])
+	return key, nil
+}

@@ -310,6 +310,23 @@ func TestCompiledCacheDir(t *testing.T) {
 	}
 }
 
+// TestHashSource: the key of a file read through the buffer is that of
+// its bytes.
+func TestHashSource(t *testing.T) {
+	for _, path := range []string{filepath.Join(writeTiny(t), "tokenizer.json"), filepath.Join(fixtures, "qwen2.5", "tokenizer.json.zst")} {
+		raw, err := readSource(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := hashSource(path); err != nil || got != sourceKey(raw) {
+			t.Errorf("%s: %x, %v; want %x", path, got, err, sourceKey(raw))
+		}
+	}
+	if _, err := hashSource(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Errorf("a missing file hashed")
+	}
+}
+
 func TestCacheDirDefault(t *testing.T) {
 	t.Setenv("FERRY_TOKENIZER_CACHE", "")
 	t.Setenv("FERRY_CACHE", "/c")

@@ -75,22 +75,31 @@ func Load(path string) (*Tokenizer, error) {
 // for these bytes exists; else the file is parsed and the entry written.
 // Nothing about the cache makes Load fail.
 func loadFile(path string) (*Tokenizer, error) {
+	dir := cacheDir()
+	if dir == "" {
+		raw, err := readSource(path)
+		if err != nil {
+			return nil, err
+		}
+		return parseSource(path, raw)
+	}
+	// The cache needs the source's key alone, not its bytes.
+	if key, err := hashSource(path); err == nil {
+		cpath := filepath.Join(dir, compiledName(key))
+		if b, release, err := readCompiledFile(cpath); err == nil {
+			if t, err := readCompiled(b, key, cpath); err == nil {
+				return t, nil
+			}
+			release()
+		}
+	}
 	raw, err := readSource(path)
 	if err != nil {
 		return nil, err
 	}
-	dir := cacheDir()
-	if dir == "" {
-		return parseSource(path, raw)
-	}
+	// The key of the bytes parsed: the file may have changed since it was hashed.
 	key := sourceKey(raw)
 	cpath := filepath.Join(dir, compiledName(key))
-	if b, release, err := readCompiledFile(cpath); err == nil {
-		if t, err := readCompiled(b, key, cpath); err == nil {
-			return t, nil
-		}
-		release()
-	}
 	data, err := decompress(path, raw)
 	if err != nil {
 		return nil, err
