@@ -372,7 +372,17 @@ func readCompiled(b []byte, src [32]byte, name string) (*Tokenizer, error) {
 	// checks everything it uses anyway (FuzzCompiled): a mismatch discards
 	// what was read.
 	sum := make(chan uint32, 1)
-	go func() { sum <- crc32.Checksum(b[compiledHeader:], castagnoli) }()
+	go func() {
+		// In pieces: the checksum's assembly cannot be preempted, and over
+		// the whole body (megabytes) it would hold up a GC's stop-the-world,
+		// and every goroutine with it, for milliseconds.
+		c := uint32(0)
+		for p := b[compiledHeader:]; len(p) > 0; {
+			n := min(len(p), 128<<10)
+			c, p = crc32.Update(c, castagnoli, p[:n]), p[n:]
+		}
+		sum <- c
+	}()
 	t, err := readCompiledBody(b[compiledHeader:], hex.EncodeToString(b[48:80]), name)
 	if <-sum != le.Uint32(b[88:]) {
 		return nil, bad(88, "body checksum mismatch")
