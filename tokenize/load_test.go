@@ -247,6 +247,23 @@ func TestLoadPaths(t *testing.T) {
 	if _, err := Load(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "tokenizer_config.json") {
 		t.Errorf("unknown eos_token: err = %v", err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "tokenizer_config.json") {
+		t.Errorf("config not JSON: err = %v", err)
+	}
+	// A config that cannot be read (a directory) is an error too.
+	cfgDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfgDir, "tokenizer.json"), marshal(t, tinyJSON()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(cfgDir, "tokenizer_config.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(cfgDir); err == nil {
+		t.Errorf("config is a directory: no error")
+	}
 }
 
 func TestFixtureFacts(t *testing.T) {
