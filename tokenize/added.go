@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"bytes"
 	"maps"
 	"slices"
 	"strings"
@@ -25,7 +24,7 @@ type addedToken struct {
 type trie struct {
 	first [256]bool // bytes that start some token
 	// The edges of node n are edgeByte[edgeEnd[n]:edgeEnd[n+1]], to the
-	// nodes edgeNode[...] (an edge list is short: IndexByte finds the byte).
+	// nodes edgeNode[...], sorted by byte.
 	edgeEnd  []int32
 	edgeByte []byte
 	edgeNode []int32
@@ -112,12 +111,18 @@ func (t *trie) longest(s string) (*addedToken, int) {
 	var best *addedToken
 	bestLen := 0
 	for i := 0; i < len(s); i++ {
-		lo, hi := t.edgeEnd[node], t.edgeEnd[node+1]
-		j := bytes.IndexByte(t.edgeByte[lo:hi], s[i])
-		if j < 0 {
+		// The node's edges: most nodes have one.
+		c, next := s[i], int32(-1)
+		for j := t.edgeEnd[node]; j < t.edgeEnd[node+1]; j++ {
+			if t.edgeByte[j] == c {
+				next = t.edgeNode[j]
+				break
+			}
+		}
+		if next < 0 {
 			break
 		}
-		node = t.edgeNode[lo+int32(j)]
+		node = next
 		if k := t.term[node]; k >= 0 {
 			best, bestLen = t.toks[k], i+1
 		}

@@ -292,20 +292,31 @@ func (b *blockScanner) load(base int) {
 			}
 		}
 	}
-	for j := max(0, base-3); j < base; j++ {
-		if s[j] != '\'' || j > 0 && (byteClass[s[j-1]]&cP != 0 || s[j-1] == ' ') {
-			continue
-		}
-		if j > 0 && byteClass[s[j-1]]&cX != 0 {
-			unknown |= 7
-		} else if k := contraction(s[j:], true); j+k >= base {
-			t |= 1 << (j + k - base)
-		}
+	// The three bytes before the block (base is 0 or at least 64), when one
+	// is an apostrophe (rare).
+	if base > 0 && (s[base-3] == '\'' || s[base-2] == '\'' || s[base-1] == '\'') {
+		b.contractionsBefore(base, &t, &unknown)
 	}
 	if base == 0 {
 		t |= 1
 	}
 	b.base, b.starts, b.unknown = base, t&valid, unknown&valid
+}
+
+// contractionsBefore marks the pre-token starts (and unknowns) in the block
+// at base that contractions starting in the three bytes before it give.
+func (b *blockScanner) contractionsBefore(base int, t, unknown *uint64) {
+	s := b.s
+	for j := max(0, base-3); j < base; j++ {
+		if s[j] != '\'' || j > 0 && (byteClass[s[j-1]]&cP != 0 || s[j-1] == ' ') {
+			continue
+		}
+		if j > 0 && byteClass[s[j-1]]&cX != 0 {
+			*unknown |= 7
+		} else if k := contraction(s[j:], true); j+k >= base {
+			*t |= 1 << (j + k - base)
+		}
+	}
 }
 
 // llamaDigits marks the Llama-3 digit starts of runs longer than one digit:
