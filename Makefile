@@ -89,7 +89,7 @@ ISOLATED := scripts/isolated
 test-go: build
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -race -count=1 $(RACE_PKGS)
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 $(FULL_PKGS)
-	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 -tags noasm ./tokenize/
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 -tags noasm ./tokenize/...
 
 # The tests import the installed package (pip install ./python), never the
 # source tree.

@@ -2,12 +2,13 @@ package tokenize
 
 import (
 	"math/bits"
-	"unsafe"
+
+	"github.com/ferryml/ferry/tokenize/internal/classify"
 )
 
 // A block scanner for PatternQwen2 and PatternLlama3 over ASCII text. It
-// classifies 64 bytes at a time (with AVX2 compares where the machine has
-// them, classify_amd64.s; else with SWAR, eight bytes per uint64) into
+// classifies 64 bytes at a time (internal/classify: AVX2 compares where the
+// machine has them, else SWAR, eight bytes per uint64) into
 // masks of letters, digits, white space, newlines and so on, and derives the
 // pre-token starts of the whole block with 64-bit mask arithmetic, so that
 // an encode loop finds each pre-token's end with one TrailingZeros instead
@@ -56,7 +57,7 @@ type blockScanner struct {
 // blockScanKind reports whether the encode loop uses the block scanner for
 // scanner k: for Qwen2 and Llama-3 where the classifier is SIMD. With the
 // pure-Go classifier (about 2 ns a byte) scan is faster.
-func blockScanKind(k scanKind) bool { return hasAVX2 && (k == scanQwen2 || k == scanLlama3) }
+func blockScanKind(k scanKind) bool { return classify.SIMD && (k == scanQwen2 || k == scanLlama3) }
 
 func newBlockScanner(s string, k scanKind) blockScanner {
 	return blockScanner{s: s, llama: k == scanLlama3, base: -1}
@@ -102,32 +103,6 @@ func scanQwenLlama(llama bool, s string) int {
 	return scan(scanQwen2, s)
 }
 
-// SWAR helpers over eight bytes, each < 0x80 (the high bits cleared).
-const (
-	ones = 0x0101010101010101
-	high = 0x8080808080808080
-	low7 = 0x7f7f7f7f7f7f7f7f
-)
-
-// geq sets the high bit of each byte of x that is >= c (x's bytes < 0x80, c >= 1).
-func geq(x uint64, c byte) uint64 { return (x + (0x80-uint64(c))*ones) & high }
-
-// eq sets the high bit of each byte of x equal to c.
-func eq(x uint64, c byte) uint64 {
-	t := x ^ uint64(c)*ones
-	return ^(t + low7 | t) & high
-}
-
-// The SWAR classifier computes masks in a transposed order: bit 8k+j is
-// byte 8j+k, so that the high bits of the eight words are gathered with one
-// shift each (word j's byte k is at bit 8k+7). transpose turns them into the
-// byte order (bit i is byte i) and back.
-func transpose(x uint64) uint64 {
-	x = x&0xAA55AA55AA55AA55 | (x&0x00AA00AA00AA00AA)<<7 | (x>>7)&0x00AA00AA00AA00AA
-	x = x&0xCCCC3333CCCC3333 | (x&0x0000CCCC0000CCCC)<<14 | (x>>14)&0x0000CCCC0000CCCC
-	return x&0xF0F0F0F00F0F0F0F | (x&0x00000000F0F0F0F0)<<28 | (x>>28)&0x00000000F0F0F0F0
-}
-
 // prevB is the mask of the byte before each byte: in for byte 0 (0 or 1).
 func prevB(m, in uint64) uint64 { return m<<1 | in }
 
@@ -167,63 +142,13 @@ var byteClass = func() (t [256]uint8) {
 	return
 }()
 
-// classMasks are the class masks of a block: bit i is byte i.
-type classMasks struct{ l, d, s, sp, nl, ap, x uint64 }
-
-// classifyGo computes the masks of the 64 bytes at p in pure Go: classify
-// where there is no SIMD classifier (see classify_amd64.go), and the
-// reference that one is tested against.
-func classifyGo(p *[64]byte) classMasks {
-	c := classifySWAR(p[:])
-	return classMasks{transpose(c.l), transpose(c.d), transpose(c.s), transpose(c.sp), transpose(c.nl), transpose(c.ap), transpose(c.x)}
-}
-
-// classifySWAR computes the masks of the first 64 bytes of p eight bytes
-// at a time, in the transposed order.
-func classifySWAR[T string | []byte](p T) (c classMasks) {
-	p = p[:64]
-	for j := 0; j < 8; j++ {
-		q := p[8*j : 8*j+8]
-		w := uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24 |
-			uint64(q[4])<<32 | uint64(q[5])<<40 | uint64(q[6])<<48 | uint64(q[7])<<56
-		hi := w & high
-		x := w &^ high              // a non-ASCII byte's classes are cleared below
-		y := x | 0x2020202020202020 // upper-case letters to lower case
-		l := geq(y, 'a') &^ geq(y, 'z'+1)
-		d := geq(x, '0') &^ geq(x, '9'+1)
-		sp := eq(x, ' ')
-		ap := eq(x, '\'')
-		xx := hi | geq(x, 0x7f)
-		var tab, nl uint64
-		if lt := ^geq(x, 0x20) & high &^ hi; lt != 0 { // control bytes: rare
-			tab = eq(x, '\t') & lt
-			nl = (eq(x, '\n') | eq(x, '\r')) & lt
-			xx |= lt &^ tab &^ nl
-		}
-		sh := uint(7 - j)
-		c.l |= l >> sh
-		c.d |= d >> sh
-		c.s |= (sp | tab) >> sh
-		c.sp |= sp >> sh
-		c.nl |= nl >> sh
-		c.ap |= ap >> sh
-		c.x |= xx >> sh
-	}
-	c.l &^= c.x
-	c.d &^= c.x
-	c.s &^= c.x
-	c.sp &^= c.x
-	c.ap &^= c.x
-	return c
-}
-
 // load computes starts and unknown for the block at base (a multiple of 64).
 func (b *blockScanner) load(base int) {
 	s := b.s
 	n := min(64, len(s)-base)
-	var c classMasks
+	var c classify.Masks
 	if n == 64 {
-		c = classify((*[64]byte)(unsafe.Pointer(unsafe.StringData(s[base:]))))
+		c = classify.String(s, base)
 	} else {
 		var buf [64]byte
 		// Past the end reads as white space, which is what the rules need
@@ -233,14 +158,14 @@ func (b *blockScanner) load(base int) {
 		for i := n; i < 64; i++ {
 			buf[i] = ' '
 		}
-		c = classify(&buf)
+		c = classify.Array(&buf)
 	}
 	valid := ^uint64(0)
 	if n < 64 {
 		valid = 1<<n - 1
 	}
-	w := c.s | c.nl
-	pm := ^(c.l | c.d | w | c.x) // P (and past the end: cleared below)
+	w := c.S | c.NL
+	pm := ^(c.L | c.D | w | c.X) // P (and past the end: cleared below)
 
 	// The classes of the two bytes before the block and of the one after.
 	var c1, c2 uint8 // none at the start of the text
@@ -256,28 +181,28 @@ func (b *blockScanner) load(base int) {
 	}
 	prev := func(m uint64, cls uint8) uint64 { return prevB(m, bit(c1&cls != 0)) }
 	prev2 := func(m uint64, cls uint8) uint64 { return prevB(prevB(m, bit(c1&cls != 0)), bit(c2&cls != 0)) }
-	prevL, prevD, prevNL := prev(c.l, cL), prev(c.d, cD), prev(c.nl, cNL)
-	prevP, prevSP, prevW := prev(pm, cP), prev(c.sp, cSP), prev(w, cS|cNL)
-	prev2P, prev2SP := prev2(pm, cP), prev2(c.sp, cSP)
+	prevL, prevD, prevNL := prev(c.L, cL), prev(c.D, cD), prev(c.NL, cNL)
+	prevP, prevSP, prevW := prev(pm, cP), prev(c.SP, cSP), prev(w, cS|cNL)
+	prev2P, prev2SP := prev2(pm, cP), prev2(c.SP, cSP)
 	nextW := nextB(w, bit(cNext&(cS|cNL) != 0))
-	prevX := prev(c.x, cX)
+	prevX := prev(c.X, cX)
 
-	t := c.l & (prevD | prevNL | prevP&(prev2P|prev2SP))
+	t := c.L & (prevD | prevNL | prevP&(prev2P|prev2SP))
 	t |= pm &^ prevP &^ prevSP
-	t |= c.nl & (prevL | prevD)
-	t |= c.s & (^prevW | ^nextW)
-	unknown := c.s & prevNL & nextW
+	t |= c.NL & (prevL | prevD)
+	t |= c.S & (^prevW | ^nextW)
+	unknown := c.S & prevNL & nextW
 	if b.llama {
-		t |= c.d &^ prevD
+		t |= c.D &^ prevD
 	} else {
-		t |= c.d
+		t |= c.D
 	}
 	// Non-ASCII and control bytes, and the bytes whose rules read them.
-	unknown |= c.x | prevX | prev2(c.x, cX) | nextB(c.x, bit(cNext&cX != 0))
-	aps := c.ap &^ prevP &^ prevSP
+	unknown |= c.X | prevX | prev2(c.X, cX) | nextB(c.X, bit(cNext&cX != 0))
+	aps := c.AP &^ prevP &^ prevSP
 	apx := aps & prevX
-	if b.llama && c.d&prevD != 0 {
-		t, unknown = llamaDigits(c.d, prevD, prevX, t, unknown)
+	if b.llama && c.D&prevD != 0 {
+		t, unknown = llamaDigits(c.D, prevD, prevX, t, unknown)
 	}
 	// Contractions: an apostrophe that starts a pre-token (as a P one does)
 	// ends it after the contraction; the starts from those of the last

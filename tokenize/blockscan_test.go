@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/tokenize/internal/classify"
 	"github.com/ferryml/ferry/tokenize/internal/uclass"
 )
 
@@ -33,7 +34,7 @@ func TestClassify(t *testing.T) {
 				for _, f := range []struct {
 					mask uint64
 					cls  uint8
-				}{{m.l, cL}, {m.d, cD}, {m.s, cS}, {m.sp, cSP}, {m.nl, cNL}, {m.x, cX}} {
+				}{{m.L, cL}, {m.D, cD}, {m.S, cS}, {m.SP, cSP}, {m.NL, cNL}, {m.X, cX}} {
 					if f.mask>>pos&1 != 0 {
 						got |= f.cls
 					}
@@ -41,7 +42,7 @@ func TestClassify(t *testing.T) {
 				if got&(cL|cD|cS|cNL|cX) == 0 {
 					got |= cP
 				}
-				if got != k || (m.ap>>pos&1 != 0) != (c == '\'') {
+				if got != k || (m.AP>>pos&1 != 0) != (c == '\'') {
 					t.Fatalf("%s: byte %#x at %d: masks give %#x, want %#x", f.name, c, pos, got, k)
 				}
 			}
@@ -51,34 +52,17 @@ func TestClassify(t *testing.T) {
 
 type classifier struct {
 	name string
-	fn   func(*[64]byte) classMasks
+	fn   func(*[64]byte) classify.Masks
 }
 
 // classifiers returns the pure-Go classifier and, where this build and
 // machine have it, the SIMD one.
 func classifiers() []classifier {
-	cs := []classifier{{"go", classifyGo}}
-	if hasAVX2 {
-		cs = append(cs, classifier{"avx2", func(p *[64]byte) (c classMasks) { classifyAVX2(p, &c); return c }})
+	cs := []classifier{{"go", classify.Go}}
+	if classify.SIMD {
+		cs = append(cs, classifier{"simd", classify.SIMDArray})
 	}
 	return cs
-}
-
-// FuzzClassify: the SIMD classifier gives the pure-Go one's masks on any
-// block (where this machine has it; the noasm build tests the pure-Go
-// path alone).
-func FuzzClassify(f *testing.F) {
-	f.Add([]byte("Hello, world! It's 12345 o'clock.\n\n### Response:\n  x\t\r\x00\x7f\x80\xff"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var buf [64]byte
-		copy(buf[:], b)
-		want := classifyGo(&buf)
-		for _, c := range classifiers() {
-			if got := c.fn(&buf); got != want {
-				t.Fatalf("%s: %q: %+v, pure Go %+v", c.name, buf, got, want)
-			}
-		}
-	})
 }
 
 // blockStarts returns the pre-token starts the block scanner gives for s.
@@ -156,24 +140,6 @@ func FuzzBlockScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) { checkBlockScan(t, s) })
 }
 
-// TestTranspose checks the transposed order against the byte order.
-func TestTranspose(t *testing.T) {
-	x := uint64(0x9e3779b97f4a7c15)
-	for range 1000 {
-		x = x*6364136223846793005 + 1442695040888963407
-		lin := x
-		tr := transpose(lin)
-		for i := range 64 {
-			if tr>>(8*(i&7)+i>>3)&1 != lin>>i&1 {
-				t.Fatalf("transpose(%#x): byte %d misplaced", lin, i)
-			}
-		}
-		if transpose(tr) != lin {
-			t.Fatalf("transpose is not its own inverse on %#x", lin)
-		}
-	}
-}
-
 // BenchmarkPreTokens is the pre-token boundaries alone over the bundled
 // Alpaca prompts: scan one pre-token at a time, or the block scanner.
 func BenchmarkPreTokens(b *testing.B) {
@@ -206,23 +172,6 @@ func BenchmarkPreTokens(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
-		})
-	}
-}
-
-// BenchmarkClassify is the classification of one 64-byte block, by each
-// classifier this build and machine have.
-func BenchmarkClassify(b *testing.B) {
-	var buf [64]byte
-	copy(buf[:], "Give three tips for staying healthy.\n\n### Response:\n1. Eat a b")
-	for _, c := range classifiers() {
-		b.Run(c.name, func(b *testing.B) {
-			var sink uint64
-			for b.Loop() {
-				m := c.fn(&buf)
-				sink += m.l
-			}
-			_ = sink
 		})
 	}
 }

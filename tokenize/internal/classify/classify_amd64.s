@@ -51,7 +51,7 @@ GLOBL classifyConsts<>(SB), RODATA|NOPTR, $320
 // and '\t'), SP (' '), NL ('\n' and '\r'), AP (the apostrophe) and X (b <
 // 0x20 but not '\t', '\n' or '\r', or DEL). The compares are signed: a
 // byte >= 0x80 is negative, so it is in no class but X. The constants are
-// in Y6-Y15 (see classifyAVX2); Y2-Y5 are scratch.
+// in Y6-Y15 (see avx2); Y2-Y5 are scratch.
 #define HALF(V, L, D, S, SP, NL, AP, X) \
 	VPOR      Y15, V, Y2  \
 	VPCMPGTB  Y14, Y2, Y3 \
@@ -86,11 +86,11 @@ GLOBL classifyConsts<>(SB), RODATA|NOPTR, $320
 	ORQ  H, L    \
 	MOVQ L, OFF(AX)
 
-// func classifyAVX2(p *[64]byte, c *classMasks)
+// func avx2(p *byte, m *Masks)
 //
-// classMasks is seven uint64: l, d, s, sp, nl, ap, x. Each is written with
+// Masks is seven uint64: L, D, S, SP, NL, AP, X. Each is written with
 // one 64-bit store, so that reading it back is forwarded from the store.
-TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
+TEXT ·avx2(SB), NOSPLIT, $0-16
 	MOVQ    p+0(FP), SI
 	VMOVDQU 0(SI), Y0
 	VMOVDQU 32(SI), Y1
@@ -109,7 +109,7 @@ TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
 	VZEROUPPER
 	SHLQ    $32, AX
 	ORQ     AX, R8
-	MOVQ    c+8(FP), AX
+	MOVQ    m+8(FP), AX
 	MOVQ    R8, 0(AX)
 	JOIN(R9, BX, 8)
 	JOIN(R10, CX, 16)
