@@ -40,14 +40,7 @@ type Conversation struct {
 }
 
 // ChatResult is what ReadChat found.
-type ChatResult struct {
-	Records  []Conversation
-	Samples  []int64 // Samples[i] is the record index of Records[i] in the input
-	Skipped  int64
-	Format   Format
-	Bytes    int64 // decompressed input bytes
-	RawBytes int64 // input bytes as stored
-}
+type ChatResult = Results[Conversation]
 
 // ReadChat reads every conversation of loc (a path or s3:// URL), in the
 // formats Read accepts (detected from the content, optionally gzip- or
@@ -116,17 +109,7 @@ func ParseChat(name string, raw []byte, opt Options) (*ChatResult, error) {
 // bad records to opt.OnBad (nil: the first is the error) and counts the
 // skipped ones.
 func newChatParser(name string, res *ChatResult, opt Options) *chatParser {
-	onBad := opt.OnBad
-	if onBad == nil {
-		onBad = func(e *RecordError) error { return e }
-	}
-	return &chatParser{name: name, res: res, bad: func(e *RecordError) error {
-		if err := onBad(e); err != nil {
-			return err
-		}
-		res.Skipped++
-		return nil
-	}}
+	return &chatParser{name: name, res: res, bad: res.badRecords(opt)}
 }
 
 type chatParser struct {
@@ -244,25 +227,12 @@ func (p *chatParser) jsonLines(data []byte, start int, base int64) error {
 // between two lines that hold records, so each range holds whole lines
 // and reads as a single run reads them).
 func ReadChatPieces(ctx context.Context, pieces []Piece, opt Options) (*ChatResult, []PieceResult, error) {
-	all := &ChatResult{}
-	per, format, err := readEachPiece(ctx, pieces, func(pc Piece) (*ChatResult, error) {
+	return readPieces(ctx, pieces, func(pc Piece) (*ChatResult, error) {
 		if pc.Whole() {
 			return ReadChat(ctx, pc.File, opt)
 		}
 		return readChatRange(ctx, pc, opt)
-	}, func(res *ChatResult, base int64) (int64, int64, Format) {
-		all.Records = append(all.Records, res.Records...)
-		all.Samples = appendShifted(all.Samples, res.Samples, base)
-		all.Skipped += res.Skipped
-		all.Bytes += res.Bytes
-		all.RawBytes += res.RawBytes
-		return int64(len(res.Records)), res.Skipped, res.Format
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	all.Format = format
-	return all, per, nil
 }
 
 // readChatRange reads the conversations of the byte range pc of a plain

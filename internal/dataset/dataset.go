@@ -88,15 +88,18 @@ type Options struct {
 	MaxBytes int64
 }
 
-// Result is what Read found.
-type Result struct {
-	Records  []Record
+// Results is what a read found: records of type R (Record, Conversation).
+type Results[R any] struct {
+	Records  []R
 	Samples  []int64 // Samples[i] is the record index of Records[i] in the input
 	Skipped  int64
 	Format   Format
 	Bytes    int64 // decompressed input bytes
 	RawBytes int64 // input bytes as stored
 }
+
+// Result is what Read found.
+type Result = Results[Record]
 
 // Read reads every record of loc (a path or s3:// URL): a JSON array, JSON
 // Lines (whatever the name), or Parquet with string or large_string
@@ -163,7 +166,7 @@ func Parse(name string, raw []byte, opt Options) (*Result, error) {
 // badRecords returns the handler of a bad record: opt.OnBad (by default,
 // stop with the record's error); a record it lets pass is counted in
 // res.Skipped.
-func (res *Result) badRecords(opt Options) func(*RecordError) error {
+func (res *Results[R]) badRecords(opt Options) func(*RecordError) error {
 	onBad := opt.OnBad
 	if onBad == nil {
 		onBad = func(e *RecordError) error { return e }

@@ -97,7 +97,7 @@ func ReadFiles(ctx context.Context, locs []string, opt Options) (*Result, error)
 // Head keeps the input's first n records (by record index, so skipped
 // records count): what datasets' split="train[:n]" selects. n = 0 keeps
 // all. An input with fewer than n records is an error naming it.
-func (r *Result) Head(n int64, name string) error {
+func (r *Results[R]) Head(n int64, name string) error {
 	if n <= 0 {
 		return nil
 	}

@@ -206,52 +206,43 @@ type PieceResult struct {
 // is read as JSON Lines, with the first byte after it as lookahead, and
 // ErrSplit when its last record runs past its end.
 func ReadPieces(ctx context.Context, pieces []Piece, opt Options) (*Result, []PieceResult, error) {
-	all := &Result{}
-	per, format, err := readEachPiece(ctx, pieces, func(p Piece) (*Result, error) {
+	return readPieces(ctx, pieces, func(p Piece) (*Result, error) {
 		if p.Whole() {
 			return Read(ctx, p.File, opt)
 		}
 		return readRange(ctx, p, opt)
-	}, func(res *Result, base int64) (int64, int64, Format) {
+	})
+}
+
+// readPieces reads pieces in order with read and joins what it found as one
+// input: samples number the records across the pieces from 0, and the
+// format is the pieces' formats joined with "+" (each named once). It also
+// returns each piece's counts.
+func readPieces[R any](ctx context.Context, pieces []Piece, read func(Piece) (*Results[R], error)) (*Results[R], []PieceResult, error) {
+	all := &Results[R]{}
+	var formats []string
+	per := make([]PieceResult, len(pieces))
+	for i, p := range pieces {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, context.Cause(ctx)
+		}
+		res, err := read(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		base := int64(len(all.Records)) + all.Skipped
 		all.Records = append(all.Records, res.Records...)
 		all.Samples = appendShifted(all.Samples, res.Samples, base)
 		all.Skipped += res.Skipped
 		all.Bytes += res.Bytes
 		all.RawBytes += res.RawBytes
-		return int64(len(res.Records)), res.Skipped, res.Format
-	})
-	if err != nil {
-		return nil, nil, err
+		per[i] = PieceResult{Piece: p, Format: res.Format, Records: int64(len(res.Records)) + res.Skipped, Skipped: res.Skipped}
+		if !slices.Contains(formats, string(res.Format)) {
+			formats = append(formats, string(res.Format))
+		}
 	}
-	all.Format = format
+	all.Format = Format(strings.Join(formats, "+"))
 	return all, per, nil
-}
-
-// readEachPiece reads pieces in order with read and hands each result to
-// add with the number of records before it (the sample base); add returns
-// the piece's records (not skipped), skipped records and format. It
-// returns the per-piece results and the formats met, joined by "+".
-func readEachPiece[R any](ctx context.Context, pieces []Piece, read func(Piece) (R, error), add func(r R, base int64) (records, skipped int64, f Format)) ([]PieceResult, Format, error) {
-	var formats []string
-	var base int64
-	per := make([]PieceResult, len(pieces))
-	for i, p := range pieces {
-		if err := ctx.Err(); err != nil {
-			return nil, "", context.Cause(ctx)
-		}
-		res, err := read(p)
-		if err != nil {
-			return nil, "", err
-		}
-		records, skipped, f := add(res, base)
-		n := records + skipped
-		base += n
-		per[i] = PieceResult{Piece: p, Format: f, Records: n, Skipped: skipped}
-		if !slices.Contains(formats, string(f)) {
-			formats = append(formats, string(f))
-		}
-	}
-	return per, Format(strings.Join(formats, "+")), nil
 }
 
 // appendShifted appends base+s for each s of samples to dst.

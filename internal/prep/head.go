@@ -27,10 +27,7 @@ func headPartRecords(res *dataset.Result, n int64) {
 	if n <= 0 {
 		return
 	}
-	keep := 0
-	for keep < len(res.Samples) && res.Samples[keep] < n {
-		keep++
-	}
+	keep := headSamples(res.Samples, n)
 	res.Records, res.Samples = res.Records[:keep], res.Samples[:keep]
 }
 
