@@ -32,7 +32,7 @@ type trie struct {
 	toks     []*addedToken // the tokens
 	lead     string        // the bytes all tokens start with: candidates are skipped to with Index
 	// With a few tokens, their contents (in toks order), compared directly:
-	// faster than walking the map when candidates are frequent (Llama-2's
+	// faster than walking the trie when candidates are frequent (Llama-2's
 	// "▁<s>" starts where every word does).
 	few []string
 }
