@@ -59,7 +59,7 @@ TOKENIZER = os.path.join(REPO, "testdata", "tokenizers", "qwen2.5")
 PARTS = 4
 FLAGS = dict(tokenizer=TOKENIZER, seq_len=256, ranks=3, mode="pack", labels="mask-prompt", seed=7)
 KILL_BINARY, KILL_WORKER = 1, 2  # part 1: its dataprep is killed; part 2: its Ray worker
-CPU_BEFORE_KILL = 0.15  # seconds of CPU the victim has used when it is killed: mid-run
+CPU_BEFORE_KILL = 0.05  # seconds of CPU the victim has used when it is killed: mid-run (past Load)
 
 
 e2e = pytest.mark.e2e
@@ -147,12 +147,13 @@ def inputs(tmp_path_factory):
         tiny = json.load(f)
     d = tmp_path_factory.mktemp("inputs")
     shutil.copy(ALPACA_TINY, d / "a-tiny.json")
-    # The big plain JSONL, cut between records. 40 copies (34 MB) keep each
-    # part busy for ~0.35 s of CPU with a compiled tokenizer cache (Load
-    # is milliseconds then), so the killer finds it mid-run: 6 copies were
-    # done in ~0.1 s, before CPU_BEFORE_KILL.
-    with open(d / "b-demo-x40.jsonl", "w") as f:
-        for r in demo * 40:
+    # The big plain JSONL, cut between records. 60 copies (51 MB) keep each
+    # part busy for ~0.25 s of CPU with a compiled tokenizer cache (Load
+    # is ~15 ms then), so the killer finds it mid-run: with the faster
+    # tokenizer of issue 31, 40 copies were done in ~0.15 s of CPU, and a
+    # fresh-clone run saw part 1 end before the killer's 0.15 s.
+    with open(d / "b-demo-x60.jsonl", "w") as f:
+        for r in demo * 60:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     with gzip.open(d / "c-demo-x2.jsonl.gz", "wt") as f:
         for r in demo * 2:
