@@ -47,20 +47,29 @@ import (
 // usable: see newBlockScanner.
 type blockScanner struct {
 	s       string
-	llama   bool
+	kind    scanKind
 	base    int    // start of the block that starts and unknown describe; -1 none
 	starts  uint64 // bit i: a pre-token starts at s[base+i]
 	unknown uint64 // bit i: whether one starts there is not known
 }
 
-// newBlockScanner returns the block scanner of s for k, scanQwen2 or scanLlama3.
 // blockScanKind reports whether the encode loop uses the block scanner for
-// scanner k: for Qwen2 and Llama-3 where the classifier is SIMD. With the
-// pure-Go classifier (about 2 ns a byte) scan is faster.
-func blockScanKind(k scanKind) bool { return classify.SIMD && (k == scanQwen2 || k == scanLlama3) }
+// scanner k: for the kinds it has rules for, where the classifier is SIMD.
+// With the pure-Go classifier (about 2 ns a byte) scan is faster.
+func blockScanKind(k scanKind) bool { return classify.SIMD && hasBlockRules(k) }
 
+// hasBlockRules reports whether the block scanner has rules for k.
+func hasBlockRules(k scanKind) bool {
+	switch k {
+	case scanQwen2, scanLlama3, scanDeepSeek, scanGPT2, scanDigitsGPT2:
+		return true
+	}
+	return false
+}
+
+// newBlockScanner returns the block scanner of s for k (hasBlockRules).
 func newBlockScanner(s string, k scanKind) blockScanner {
-	return blockScanner{s: s, llama: k == scanLlama3, base: -1}
+	return blockScanner{s: s, kind: k, base: -1}
 }
 
 // next returns the end of the pre-token that starts at s[pos] (pos < len(s),
@@ -91,16 +100,20 @@ func (b *blockScanner) nextSlow(pos int) int {
 	}
 	i := bits.TrailingZeros64(m)
 	if b.unknown>>i&1 != 0 {
-		return pos + scanQwenLlama(b.llama, b.s[pos:])
+		return pos + scanPreToken(b.kind, b.s[pos:])
 	}
 	return b.base + i
 }
 
-func scanQwenLlama(llama bool, s string) int {
-	if llama {
-		return scan(scanLlama3, s)
+// scanPreToken returns the length of the pre-token at the start of s, which
+// starts one: for a scanner of two levels (innerScan), the inner scanner's
+// within the outer piece. Neither regex looks behind, so the pre-tokens from
+// any start on do not depend on the text before it.
+func scanPreToken(k scanKind, s string) int {
+	if in := innerScan(k); in != scanNone {
+		return scan(in, s[:scan(k, s)])
 	}
-	return scan(scanQwen2, s)
+	return scan(k, s)
 }
 
 // prevB is the mask of the byte before each byte: in for byte 0 (0 or 1).
@@ -160,88 +173,158 @@ func (b *blockScanner) load(base int) {
 		}
 		c = classify.Array(&buf)
 	}
-	valid := ^uint64(0)
-	if n < 64 {
-		valid = 1<<n - 1
-	}
-	w := c.S | c.NL
-	pm := ^(c.L | c.D | w | c.X) // P (and past the end: cleared below)
-
 	// The classes of the two bytes before the block and of the one after.
-	var c1, c2 uint8 // none at the start of the text
+	nb := neighbours{next: cS} // the end of the text reads as white space
 	if base >= 1 {
-		c1 = byteClass[s[base-1]]
+		nb.c1 = byteClass[s[base-1]]
 	}
 	if base >= 2 {
-		c2 = byteClass[s[base-2]]
+		nb.c2 = byteClass[s[base-2]]
 	}
-	cNext := uint8(cS) // the end of the text reads as white space
 	if base+64 < len(s) {
-		cNext = byteClass[s[base+64]]
+		nb.next = byteClass[s[base+64]]
 	}
-	prev := func(m uint64, cls uint8) uint64 { return prevB(m, bit(c1&cls != 0)) }
-	prev2 := func(m uint64, cls uint8) uint64 { return prevB(prevB(m, bit(c1&cls != 0)), bit(c2&cls != 0)) }
-	prevL, prevD, prevNL := prev(c.L, cL), prev(c.D, cD), prev(c.NL, cNL)
-	prevP, prevSP, prevW := prev(pm, cP), prev(c.SP, cSP), prev(w, cS|cNL)
-	prev2P, prev2SP := prev2(pm, cP), prev2(c.SP, cSP)
-	nextW := nextB(w, bit(cNext&(cS|cNL) != 0))
-	prevX := prev(c.X, cX)
-
-	t := c.L & (prevD | prevNL | prevP&(prev2P|prev2SP))
-	t |= pm &^ prevP &^ prevSP
-	t |= c.NL & (prevL | prevD)
-	t |= c.S & (^prevW | ^nextW)
-	unknown := c.S & prevNL & nextW
-	if b.llama {
-		t |= c.D &^ prevD
-	} else {
-		t |= c.D
-	}
-	// Non-ASCII and control bytes, and the bytes whose rules read them.
-	unknown |= c.X | prevX | prev2(c.X, cX) | nextB(c.X, bit(cNext&cX != 0))
-	aps := c.AP &^ prevP &^ prevSP
-	apx := aps & prevX
-	if b.llama && c.D&prevD != 0 {
-		t, unknown = llamaDigits(c.D, prevD, prevX, t, unknown)
-	}
-	// Contractions: an apostrophe that starts a pre-token (as a P one does)
-	// ends it after the contraction; the starts from those of the last
-	// three bytes of the block before. An apostrophe after a non-ASCII byte
-	// may or may not start one: the three bytes after it are unknown.
-	if aps != 0 {
-		unknown |= apx<<1 | apx<<2 | apx<<3
-		for aps &^= apx; aps != 0; aps &= aps - 1 {
-			i := bits.TrailingZeros64(aps)
-			if k := contraction(s[base+i:], true); k > 0 && i+k < 64 {
-				t |= 1 << (i + k)
-			}
-		}
-	}
-	// The three bytes before the block (base is 0 or at least 64), when one
-	// is an apostrophe (rare).
-	if base > 0 && (s[base-3] == '\'' || s[base-2] == '\'' || s[base-1] == '\'') {
-		b.contractionsBefore(base, &t, &unknown)
+	var t, unknown uint64
+	switch b.kind {
+	case scanGPT2, scanDigitsGPT2:
+		t, unknown = b.gpt2Rules(base, &c, nb)
+	default:
+		t, unknown = b.qwenRules(base, &c, nb)
 	}
 	if base == 0 {
 		t |= 1
 	}
+	valid := ^uint64(0)
+	if n < 64 {
+		valid = 1<<n - 1
+	}
 	b.base, b.starts, b.unknown = base, t&valid, unknown&valid
 }
 
-// contractionsBefore marks the pre-token starts (and unknowns) in the block
-// at base that contractions starting in the three bytes before it give.
-func (b *blockScanner) contractionsBefore(base int, t, unknown *uint64) {
+// neighbours are the classes of the bytes around a block: c1 and c2 the one
+// and two before it (0 at the start of the text), next the one after.
+type neighbours struct{ c1, c2, next uint8 }
+
+// prev is the mask of the byte before each byte, in class cls.
+func (nb neighbours) prev(m uint64, cls uint8) uint64 { return prevB(m, bit(nb.c1&cls != 0)) }
+
+// prev2 is the mask of the byte two before each byte, in class cls.
+func (nb neighbours) prev2(m uint64, cls uint8) uint64 {
+	return prevB(prevB(m, bit(nb.c1&cls != 0)), bit(nb.c2&cls != 0))
+}
+
+// qwenRules are the starts and unknowns of a block under PatternQwen2,
+// PatternLlama3 or DeepSeek-V3's three Splits. DeepSeek differs from
+// Llama-3 (its \p{N}{1,3} too) in two ways over ASCII: it has no
+// contractions, and its digit groups are pieces of their own, so white space
+// before one ends at the piece's end as at the end of the text ("a  1" is
+// "a", "  ", "1"). Its [P][A-Za-z]+ and [^\r\n\p{L}\p{P}\p{S}]?\p{L}+ give
+// letters the prefixes Qwen2's [^\r\n\p{L}\p{N}]?\p{L}+ gives them.
+func (b *blockScanner) qwenRules(base int, c *classify.Masks, nb neighbours) (t, unknown uint64) {
+	deepSeek := b.kind == scanDeepSeek
+	w := c.S | c.NL
+	pm := ^(c.L | c.D | w | c.X) // P (and past the end: cleared by load)
+	prevL, prevD, prevNL := nb.prev(c.L, cL), nb.prev(c.D, cD), nb.prev(c.NL, cNL)
+	prevP, prevSP, prevW := nb.prev(pm, cP), nb.prev(c.SP, cSP), nb.prev(w, cS|cNL)
+	prev2P, prev2SP := nb.prev2(pm, cP), nb.prev2(c.SP, cSP)
+	nextW := nextB(w, bit(nb.next&(cS|cNL) != 0))
+	if deepSeek {
+		nextW |= nextB(c.D, bit(nb.next&cD != 0))
+	}
+	prevX := nb.prev(c.X, cX)
+
+	t = c.L & (prevD | prevNL | prevP&(prev2P|prev2SP))
+	t |= pm &^ prevP &^ prevSP
+	t |= c.NL & (prevL | prevD)
+	t |= c.S & (^prevW | ^nextW)
+	unknown = c.S & prevNL & nextW
+	if b.kind == scanQwen2 {
+		t |= c.D
+	} else {
+		t |= c.D &^ prevD
+	}
+	// Non-ASCII and control bytes, and the bytes whose rules read them.
+	unknown |= c.X | prevX | nb.prev2(c.X, cX) | nextB(c.X, bit(nb.next&cX != 0))
+	if b.kind != scanQwen2 && c.D&prevD != 0 {
+		t, unknown = llamaDigits(c.D, prevD, prevX, t, unknown)
+	}
+	if deepSeek {
+		return t, unknown
+	}
+	// Contractions: an apostrophe that starts a pre-token (as a P one does)
+	// ends it after the contraction. (Its letters start none: after the
+	// apostrophe, a P that starts, and a letter.)
+	return b.contractions(base, c, prevP|prevSP, prevX, t, unknown, true)
+}
+
+// gpt2Rules are the starts and unknowns of a block under PatternGPT2, and
+// under SmolLM2's Digits(individual_digits) before it. Over ASCII (L letter,
+// D digit, P other printable, W white space, ' ' also SP), whether a
+// pre-token starts at byte i depends on bytes i-1, i and i+1 only:
+//
+//	L, D, P: unless after its own class or after ' ' (" ?\p{L}+" and so on;
+//	    a ' ' right before a byte that is not white space always starts a
+//	    pre-token);
+//	W:  after a byte that is not white space, or as the last of a run of
+//	    white space before one that is not (\s+(?!\S) leaves it over);
+//	contractions ('s 't 're 've 'm 'll 'd, case-sensitive) where an
+//	    apostrophe starts a pre-token: after them one starts, within none.
+//
+// With individual digits, every digit is a piece of its own: it starts a
+// pre-token, so does the byte after it, and white space before it ends at
+// the piece's end as at the end of the text.
+func (b *blockScanner) gpt2Rules(base int, c *classify.Masks, nb neighbours) (t, unknown uint64) {
+	w := c.S | c.NL
+	pm := ^(c.L | c.D | w | c.X)
+	prevL, prevD, prevP := nb.prev(c.L, cL), nb.prev(c.D, cD), nb.prev(pm, cP)
+	prevSP, prevW, prevX := nb.prev(c.SP, cSP), nb.prev(w, cS|cNL), nb.prev(c.X, cX)
+	nextW := nextB(w, bit(nb.next&(cS|cNL) != 0))
+	if b.kind == scanDigitsGPT2 {
+		nextW |= nextB(c.D, bit(nb.next&cD != 0))
+		t = c.D | prevD
+	} else {
+		t = c.D &^ prevD &^ prevSP
+	}
+	t |= c.L &^ prevL &^ prevSP
+	t |= pm &^ prevP &^ prevSP
+	t |= w & (^prevW | ^nextW)
+	unknown = c.X | prevX | nextB(c.X, bit(nb.next&cX != 0))
+	return b.contractions(base, c, prevP|prevSP, prevX, t, unknown, false)
+}
+
+// contractions marks the pre-token ends of contractions ('s 't 're 've 'm
+// 'll 'd; fold: of either case) in the block at base: an apostrophe that
+// starts a pre-token (not after a P or ' ', noStart) ends one after its
+// contraction, and none starts within it. An apostrophe after a non-ASCII
+// byte may or may not start one: the three bytes after it are unknown. The
+// contractions that begin in the three bytes before the block are looked
+// for when one of them is an apostrophe (rare).
+func (b *blockScanner) contractions(base int, c *classify.Masks, noStart, prevX, t, unknown uint64, fold bool) (uint64, uint64) {
 	s := b.s
-	for j := max(0, base-3); j < base; j++ {
-		if s[j] != '\'' || j > 0 && (byteClass[s[j-1]]&cP != 0 || s[j-1] == ' ') {
-			continue
-		}
-		if j > 0 && byteClass[s[j-1]]&cX != 0 {
-			*unknown |= 7
-		} else if k := contraction(s[j:], true); j+k >= base {
-			*t |= 1 << (j + k - base)
+	if aps := c.AP &^ noStart; aps != 0 {
+		apx := aps & prevX
+		unknown |= apx<<1 | apx<<2 | apx<<3
+		for aps &^= apx; aps != 0; aps &= aps - 1 {
+			i := bits.TrailingZeros64(aps)
+			if k := contraction(s[base+i:], fold); k > 0 {
+				t = t&^((1<<(k-1)-1)<<(i+1)) | 1<<(i+k) // past 63: shifted out
+			}
 		}
 	}
+	if base > 0 && (s[base-3] == '\'' || s[base-2] == '\'' || s[base-1] == '\'') {
+		for j := max(0, base-3); j < base; j++ {
+			if s[j] != '\'' || j > 0 && (byteClass[s[j-1]]&cP != 0 || s[j-1] == ' ') {
+				continue
+			}
+			if j > 0 && byteClass[s[j-1]]&cX != 0 {
+				unknown |= 7
+			} else if k := contraction(s[j:], fold); j+k >= base {
+				// the bits of s[j+1:j+k] and s[j+k] that are in the block
+				t = t&^(1<<(j+k-base)-1) | 1<<(j+k-base)
+			}
+		}
+	}
+	return t, unknown
 }
 
 // llamaDigits marks the Llama-3 digit starts of runs longer than one digit:

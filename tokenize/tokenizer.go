@@ -284,7 +284,7 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 	}
 	if k := t.fastScan; k != scanNone {
 		in := innerScan(k)
-		if in == scanNone {
+		if in == scanNone || blockScanKind(k) {
 			return t.appendScanned(dst, seg, k, sc)
 		}
 		for len(seg) > 0 {
@@ -303,7 +303,9 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 	return t.appendStaged(dst, seg, sc)
 }
 
-// appendScanned appends the ids of seg split by the scanner k.
+// appendScanned appends the ids of seg split by the scanner k: a one-level
+// scanner, or one the block scanner runs (blockScanKind), which splits by
+// both levels of a two-level one.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
 	{
 		byteID := &t.model.byteID
