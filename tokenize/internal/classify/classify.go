@@ -1,12 +1,16 @@
 // Package classify classifies 64 bytes of text at a time into the byte
 // classes tokenize's block scanner reads (blockscan.go): one bit per byte in
-// each mask. Where the CPU has AVX2 (amd64, without the purego or noasm
-// tags) the compares are SIMD (classify_amd64.s, about 15 ns a block here);
-// elsewhere they are SWAR in pure Go (eight bytes per uint64, about 80 ns),
-// which is also the reference the SIMD path is tested against.
+// each mask (letters, upper-case letters, digits, spaces, newlines, the
+// apostrophe, and the rest of what is not plain ASCII text; see Masks).
+// Where the CPU has AVX2 (amd64, without the purego or noasm tags) the
+// compares are SIMD (classify_amd64.s, about 15 ns a block here); elsewhere
+// they are SWAR in pure Go (eight bytes per uint64, about 95 ns), which is
+// also the reference the SIMD path is tested against.
 package classify
 
-// Masks are the class masks of a block: bit i is byte i.
+// Masks are the class masks of a block: bit i is byte i. A byte in X is in
+// no other mask. U is a subset of L; it is the last field so that the
+// fields before it keep their places.
 type Masks struct {
 	L  uint64 // ASCII letters
 	D  uint64 // ASCII digits
@@ -15,6 +19,7 @@ type Masks struct {
 	NL uint64 // '\n' and '\r'
 	AP uint64 // the apostrophe
 	X  uint64 // bytes >= 0x80, DEL, and control bytes but '\t', '\n', '\r'
+	U  uint64 // ASCII upper-case letters 'A'..'Z' (a subset of L)
 }
 
 // SWAR helpers over eight bytes, each < 0x80 (the high bits cleared).
@@ -52,7 +57,10 @@ func goString(s string, i int) Masks { return fromSWAR(swar(s[i : i+64])) }
 
 // fromSWAR turns swar's transposed masks into the byte order.
 func fromSWAR(c Masks) Masks {
-	return Masks{transpose(c.L), transpose(c.D), transpose(c.S), transpose(c.SP), transpose(c.NL), transpose(c.AP), transpose(c.X)}
+	return Masks{
+		L: transpose(c.L), D: transpose(c.D), S: transpose(c.S), SP: transpose(c.SP),
+		NL: transpose(c.NL), AP: transpose(c.AP), X: transpose(c.X), U: transpose(c.U),
+	}
 }
 
 // swar computes the masks of the first 64 bytes of p eight bytes at a
@@ -67,6 +75,7 @@ func swar[T string | []byte](p T) (c Masks) {
 		x := w &^ high              // a non-ASCII byte's classes are cleared below
 		y := x | 0x2020202020202020 // upper-case letters to lower case
 		l := geq(y, 'a') &^ geq(y, 'z'+1)
+		u := l &^ (x << 2) // letters whose bit 0x20 (moved to bit 0x80) is clear
 		d := geq(x, '0') &^ geq(x, '9'+1)
 		sp := eq(x, ' ')
 		ap := eq(x, '\'')
@@ -85,11 +94,13 @@ func swar[T string | []byte](p T) (c Masks) {
 		c.NL |= nl >> sh
 		c.AP |= ap >> sh
 		c.X |= xx >> sh
+		c.U |= u >> sh
 	}
 	c.L &^= c.X
 	c.D &^= c.X
 	c.S &^= c.X
 	c.SP &^= c.X
 	c.AP &^= c.X
+	c.U &^= c.X
 	return c
 }

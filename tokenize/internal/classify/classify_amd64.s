@@ -47,48 +47,59 @@ DATA classifyConsts<>+312(SB)/8, $0x7f7f7f7f7f7f7f7f
 GLOBL classifyConsts<>(SB), RODATA|NOPTR, $320
 
 // HALF classifies the 32 bytes in register V into the 32-bit masks L
-// (letters: 'a'-1 < b|0x20 < 'z'+1), D (digits: '0'-1 < b < '9'+1), S (' '
-// and '\t'), SP (' '), NL ('\n' and '\r'), AP (the apostrophe) and X (b <
-// 0x20 but not '\t', '\n' or '\r', or DEL). The compares are signed: a
-// byte >= 0x80 is negative, so it is in no class but X. The constants are
-// in Y6-Y15 (see avx2); Y2-Y5 are scratch.
-#define HALF(V, L, D, S, SP, NL, AP, X) \
+// (letters: 'a'-1 < b|0x20 < 'z'+1), U (upper-case letters: letters with
+// b != b|0x20), D (digits: '0'-1 < b < '9'+1), S (' ' and '\t'), SP (' '),
+// NL ('\n' and '\r'), AP (the apostrophe) and X (b < 0x20 but not '\t',
+// '\n' or '\r', or DEL). The compares are signed: a byte >= 0x80 is
+// negative, so it is in no class but X. The constants are in Y6-Y15 (see
+// avx2); Y2-Y5 are scratch. Each mask is handed to OUT (LO or HI) as the
+// vector of its bytes (0xff in the class, 0 out of it).
+#define HALF(V, OUT, L, D, S, SP, NL, AP, X, U) \
 	VPOR      Y15, V, Y2  \
 	VPCMPGTB  Y14, Y2, Y3 \
 	VPCMPGTB  Y2, Y13, Y4 \
 	VPAND     Y3, Y4, Y3  \
-	VPMOVMSKB Y3, L       \
+	OUT(Y3, L)            \
+	VPCMPEQB  V, Y2, Y4   \
+	VPANDN    Y3, Y4, Y4  \
+	OUT(Y4, U)            \
 	VPCMPGTB  Y12, V, Y3  \
 	VPCMPGTB  V, Y11, Y4  \
 	VPAND     Y3, Y4, Y3  \
-	VPMOVMSKB Y3, D       \
+	OUT(Y3, D)            \
 	VPCMPEQB  Y15, V, Y3  \
-	VPMOVMSKB Y3, SP      \
+	OUT(Y3, SP)           \
 	VPCMPEQB  Y9, V, Y4   \
 	VPOR      Y3, Y4, Y5  \
-	VPMOVMSKB Y5, S       \
+	OUT(Y5, S)            \
 	VPCMPEQB  Y8, V, Y3   \
 	VPCMPEQB  Y7, V, Y5   \
 	VPOR      Y3, Y5, Y3  \
-	VPMOVMSKB Y3, NL      \
+	OUT(Y3, NL)           \
 	VPCMPEQB  Y10, V, Y5  \
-	VPMOVMSKB Y5, AP      \
+	OUT(Y5, AP)           \
 	VPCMPGTB  V, Y15, Y5  \
 	VPOR      Y4, Y3, Y4  \
 	VPANDN    Y5, Y4, Y5  \
 	VPCMPEQB  Y6, V, Y3   \
 	VPOR      Y3, Y5, Y5  \
-	VPMOVMSKB Y5, X
+	OUT(Y5, X)
 
-// JOIN puts the high half H above the low half L and stores L at OFF(AX).
-#define JOIN(L, H, OFF) \
-	SHLQ $32, H  \
-	ORQ  H, L    \
-	MOVQ L, OFF(AX)
+// LO puts the low half's mask of the class in M.
+#define LO(Y, M) \
+	VPMOVMSKB Y, M
+
+// HI puts the high half's mask of the class above the low half's in M
+// (BX is scratch), so that the low half's eight masks and the join need
+// ten registers, not sixteen.
+#define HI(Y, M) \
+	VPMOVMSKB Y, BX \
+	SHLQ      $32, BX \
+	ORQ       BX, M
 
 // func avx2(p *byte, m *Masks)
 //
-// Masks is seven uint64: L, D, S, SP, NL, AP, X. Each is written with
+// Masks is eight uint64: L, D, S, SP, NL, AP, X, U. Each is written with
 // one 64-bit store, so that reading it back is forwarded from the store.
 TEXT ·avx2(SB), NOSPLIT, $0-16
 	MOVQ    p+0(FP), SI
@@ -104,17 +115,16 @@ TEXT ·avx2(SB), NOSPLIT, $0-16
 	VMOVDQU classifyConsts<>+224(SB), Y8
 	VMOVDQU classifyConsts<>+256(SB), Y7
 	VMOVDQU classifyConsts<>+288(SB), Y6
-	HALF(Y0, R8, R9, R10, R11, R12, R13, R14)
-	HALF(Y1, AX, BX, CX, DX, SI, DI, R15)
+	HALF(Y0, LO, R8, R9, R10, R11, R12, R13, R14, R15)
+	HALF(Y1, HI, R8, R9, R10, R11, R12, R13, R14, R15)
 	VZEROUPPER
-	SHLQ    $32, AX
-	ORQ     AX, R8
 	MOVQ    m+8(FP), AX
 	MOVQ    R8, 0(AX)
-	JOIN(R9, BX, 8)
-	JOIN(R10, CX, 16)
-	JOIN(R11, DX, 24)
-	JOIN(R12, SI, 32)
-	JOIN(R13, DI, 40)
-	JOIN(R14, R15, 48)
+	MOVQ    R9, 8(AX)
+	MOVQ    R10, 16(AX)
+	MOVQ    R11, 24(AX)
+	MOVQ    R12, 32(AX)
+	MOVQ    R13, 40(AX)
+	MOVQ    R14, 48(AX)
+	MOVQ    R15, 56(AX)
 	RET

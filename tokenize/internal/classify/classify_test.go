@@ -2,16 +2,21 @@ package classify
 
 import "testing"
 
-// FuzzClassify: the SIMD classifier gives the pure-Go one's masks on any
-// block (where this build and machine have it; make test also runs the
-// tokenize packages with -tags noasm, which tests the pure-Go path alone).
-// tokenize's TestClassify checks both against each byte's class.
+// FuzzClassify: the SIMD classifier gives the pure-Go one's masks, all
+// eight of them, on any block (where this build and machine have it; make
+// test also runs the tokenize packages with -tags noasm, which tests the
+// pure-Go path alone), and the pure-Go one gives each byte's class (want).
+// tokenize's TestClassify checks both against tokenize's byte classes.
 func FuzzClassify(f *testing.F) {
 	f.Add([]byte("Hello, world! It's 12345 o'clock.\n\n### Response:\n  x\t\r\x00\x7f\x80\xff"))
+	f.Add([]byte("@AZ[`az{ \xc1\xda\xe1\xfa\x41\x5a ABCXYZ abcxyz ÀÉÎ"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var buf [64]byte
 		copy(buf[:], b)
 		want := Go(&buf)
+		if ref := byteMasks(&buf); want != ref {
+			t.Fatalf("Go(%q) = %+v, want %+v", buf, want, ref)
+		}
 		if got := Array(&buf); got != want {
 			t.Fatalf("Array(%q) = %+v, pure Go %+v", buf, got, want)
 		}
@@ -24,6 +29,70 @@ func FuzzClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// byteMasks is the masks of the 64 bytes at p, byte by byte: the
+// specification the classifiers are tested against.
+func byteMasks(p *[64]byte) (m Masks) {
+	for i, c := range p {
+		bit := uint64(1) << i
+		switch {
+		case c >= 0x80 || c == 0x7f || c < 0x20 && c != '\t' && c != '\n' && c != '\r':
+			m.X |= bit
+		case 'A' <= c && c <= 'Z':
+			m.L |= bit
+			m.U |= bit
+		case 'a' <= c && c <= 'z':
+			m.L |= bit
+		case '0' <= c && c <= '9':
+			m.D |= bit
+		case c == ' ':
+			m.S |= bit
+			m.SP |= bit
+		case c == '\t':
+			m.S |= bit
+		case c == '\n' || c == '\r':
+			m.NL |= bit
+		case c == '\'':
+			m.AP |= bit
+		}
+	}
+	return m
+}
+
+// TestEveryByte checks all the masks (U among them) of the pure-Go
+// classifier and, where this build and machine have it, the SIMD one, with
+// every byte value at every position of a block, beside other bytes that
+// walk through all 256 values too.
+func TestEveryByte(t *testing.T) {
+	fns := []struct {
+		name string
+		fn   func(*[64]byte) Masks
+	}{{"go", Go}, {"array", Array}}
+	if SIMD {
+		fns = append(fns, struct {
+			name string
+			fn   func(*[64]byte) Masks
+		}{"simd", SIMDArray})
+	}
+	for c := range 256 {
+		for pos := range 64 {
+			var buf [64]byte
+			for i := range buf {
+				buf[i] = byte(c + 37*i + pos)
+			}
+			buf[pos] = byte(c)
+			want := byteMasks(&buf)
+			if u := want.U>>pos&1 != 0; u != ('A' <= c && c <= 'Z') {
+				t.Fatalf("byteMasks: byte %#x at %d: U bit %v", c, pos, u)
+			}
+			for _, f := range fns {
+				if got := f.fn(&buf); got != want {
+					t.Fatalf("%s: byte %#x at %d in %q: masks %+v, want %+v", f.name, c, pos, buf, got, want)
+				}
+			}
+		}
+	}
 }
 
 // TestTranspose checks the transposed order against the byte order.
