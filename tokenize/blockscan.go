@@ -6,7 +6,10 @@ import (
 	"github.com/ferryml/ferry/tokenize/internal/classify"
 )
 
-// A block scanner for PatternQwen2 and PatternLlama3 over ASCII text. It
+// A block scanner for the split regexes of the byte-level families over
+// ASCII text: PatternQwen2, PatternLlama3, PatternGPT2 (with SmolLM2's
+// individual digits too), PatternO200k, PatternTekken and DeepSeek-V3's
+// three Splits. It
 // classifies 64 bytes at a time (internal/classify: AVX2 compares where the
 // machine has them, else SWAR, eight bytes per uint64) into
 // masks of letters, digits, white space, newlines and so on, and derives the
@@ -22,8 +25,10 @@ import (
 //
 // Over ASCII, whether a pre-token starts at byte i depends only on the
 // classes of the bytes at i-2, i-1, i and i+1 (L letter, D digit, S white
-// space other than a newline, NL \r or \n, P any other printable byte), as
-// the regex's alternatives give it:
+// space other than a newline, NL \r or \n, P any other printable byte), and
+// on contractions, as the regex's alternatives give it. For Qwen2 and
+// Llama-3 (qwenRules; the other patterns' rules are at gpt2Rules,
+// o200kRules and qwenRules' DeepSeek):
 //
 //	L:  after D or NL; after P when i-2 is P or ' ' (that P then ended a
 //	    punctuation run and is not the prefix of [^\r\n\p{L}\p{N}]?\p{L}+);
@@ -37,11 +42,11 @@ import (
 //	    never.
 //
 // What these rules do not decide is marked "unknown", and the caller runs
-// the exact scanner (scan) from the last known start instead: a block or
+// the exact scanner (scanPreToken) from the last known start instead: a block or
 // neighbour with a non-ASCII or control byte, S after NL before white space
 // (it starts a pre-token only when no newline follows in the run), and a
-// Llama-3 digit run that began in an earlier block. FuzzBlockScan checks the
-// starts against scan's.
+// Llama-3 digit run that began in an earlier block. TestBlockScan and
+// FuzzBlockScan check the starts of every pattern against scan's.
 
 // blockScanner finds the pre-token ends of one text. The zero value is not
 // usable: see newBlockScanner.
@@ -61,7 +66,7 @@ func blockScanKind(k scanKind) bool { return classify.SIMD && hasBlockRules(k) }
 // hasBlockRules reports whether the block scanner has rules for k.
 func hasBlockRules(k scanKind) bool {
 	switch k {
-	case scanQwen2, scanLlama3, scanDeepSeek, scanGPT2, scanDigitsGPT2:
+	case scanQwen2, scanLlama3, scanDeepSeek, scanGPT2, scanDigitsGPT2, scanO200k, scanTekken:
 		return true
 	}
 	return false
@@ -131,6 +136,7 @@ const (
 	cP
 	cX  // non-ASCII, a control byte other than \t \r \n, or DEL: not handled
 	cSP // ' ' (with cS)
+	cLo // a lower-case letter (with cL)
 )
 
 var byteClass = func() (t [256]uint8) {
@@ -138,7 +144,9 @@ var byteClass = func() (t [256]uint8) {
 		switch {
 		case c >= 0x80 || c == 0x7f || c < 0x20 && c != '\t' && c != '\n' && c != '\r':
 			t[c] = cX
-		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		case c >= 'a' && c <= 'z':
+			t[c] = cL | cLo
+		case c >= 'A' && c <= 'Z':
 			t[c] = cL
 		case c >= '0' && c <= '9':
 			t[c] = cD
@@ -188,6 +196,8 @@ func (b *blockScanner) load(base int) {
 	switch b.kind {
 	case scanGPT2, scanDigitsGPT2:
 		t, unknown = b.gpt2Rules(base, &c, nb)
+	case scanO200k, scanTekken:
+		t, unknown = b.o200kRules(base, &c, nb)
 	default:
 		t, unknown = b.qwenRules(base, &c, nb)
 	}
@@ -290,6 +300,94 @@ func (b *blockScanner) gpt2Rules(base int, c *classify.Masks, nb neighbours) (t,
 	t |= w & (^prevW | ^nextW)
 	unknown = c.X | prevX | nextB(c.X, bit(nb.next&cX != 0))
 	return b.contractions(base, c, prevP|prevSP, prevX, t, unknown, false)
+}
+
+// o200kRules are the starts and unknowns of a block under PatternO200k
+// (gpt-oss) or PatternTekken (Mistral-NeMo). They are Qwen2's rules (digits:
+// o200k's \p{N}{1,3} as Llama-3's, Tekken's \p{N} as Qwen2's) with three
+// differences over ASCII:
+//
+//	case: a word is [A-Z]*[a-z]+ or [A-Z]+[a-z]*, so an upper-case letter
+//	    after a lower-case one starts a pre-token ("aBc" is "a", "Bc");
+//	contractions (o200k only, either case) end the word before them: the
+//	    apostrophe after a letter starts none, nor do the contraction's
+//	    letters, and the byte after it starts one;
+//	a P run's tail [\r\n/]* takes a '/' after a newline, where a newline
+//	    run would not: such a '/' and the two bytes after it are unknown.
+//
+// An apostrophe two or three bytes before another one (as in "'s's", where
+// the first contraction is not a word's) leaves the latter and the three
+// bytes after it unknown.
+func (b *blockScanner) o200kRules(base int, c *classify.Masks, nb neighbours) (t, unknown uint64) {
+	s := b.s
+	w := c.S | c.NL
+	pm := ^(c.L | c.D | w | c.X)
+	lower := c.L &^ c.U
+	prevL, prevD, prevNL := nb.prev(c.L, cL), nb.prev(c.D, cD), nb.prev(c.NL, cNL)
+	prevP, prevSP, prevW := nb.prev(pm, cP), nb.prev(c.SP, cSP), nb.prev(w, cS|cNL)
+	prev2P, prev2SP := nb.prev2(pm, cP), nb.prev2(c.SP, cSP)
+	nextW := nextB(w, bit(nb.next&(cS|cNL) != 0))
+	prevX := nb.prev(c.X, cX)
+
+	t = c.L & (prevD | prevNL | prevP&(prev2P|prev2SP))
+	t |= c.U & nb.prev(lower, cLo)
+	t |= pm &^ prevP &^ prevSP
+	t |= c.NL & (prevL | prevD)
+	t |= c.S & (^prevW | ^nextW)
+	unknown = c.S & prevNL & nextW
+	if b.kind == scanTekken {
+		t |= c.D
+	} else {
+		t |= c.D &^ prevD
+	}
+	unknown |= c.X | prevX | nb.prev2(c.X, cX) | nextB(c.X, bit(nb.next&cX != 0))
+	if b.kind == scanO200k && c.D&prevD != 0 {
+		t, unknown = llamaDigits(c.D, prevD, prevX, t, unknown)
+	}
+	// A '/' after a newline, and the two bytes after it.
+	for m := pm & prevNL; m != 0; m &= m - 1 {
+		if i := bits.TrailingZeros64(m); s[base+i] == '/' {
+			unknown |= 7 << i
+		}
+	}
+	for j := max(1, base-2); j < base; j++ {
+		if s[j] == '/' && byteClass[s[j-1]]&cNL != 0 {
+			unknown |= 7 >> (base - j) // the bits of j+1 and j+2 in the block
+		}
+	}
+	if b.kind == scanTekken {
+		return t, unknown
+	}
+	// Contractions after a word: an apostrophe after a letter. After a
+	// non-ASCII byte, which may be a letter, the three bytes after it are
+	// unknown.
+	apx := c.AP & prevX
+	unknown |= apx<<1 | apx<<2 | apx<<3
+	if aps := c.AP & prevL; aps != 0 {
+		for ; aps != 0; aps &= aps - 1 {
+			i := bits.TrailingZeros64(aps)
+			p := base + i
+			if p >= 2 && s[p-2] == '\'' || p >= 3 && s[p-3] == '\'' {
+				unknown |= 15 << i
+				continue
+			}
+			if k := contraction(s[p:], true); k > 0 {
+				t = t&^((1<<k-1)<<i) | 1<<(i+k)
+			}
+		}
+	}
+	// A contraction that began in the three bytes before the block.
+	for j := max(1, base-3); j < base; j++ {
+		if s[j] != '\'' || byteClass[s[j-1]]&(cL|cX) == 0 {
+			continue
+		}
+		if byteClass[s[j-1]]&cX != 0 || j >= 2 && s[j-2] == '\'' || j >= 3 && s[j-3] == '\'' {
+			unknown |= 15 >> (base - j)
+		} else if k := contraction(s[j:], true); j+k >= base {
+			t = t&^(1<<(j+k-base)-1) | 1<<(j+k-base)
+		}
+	}
+	return t, unknown
 }
 
 // contractions marks the pre-token ends of contractions ('s 't 're 've 'm

@@ -82,9 +82,9 @@
 // Encoding is: find added tokens (a byte trie, skipped to candidate bytes
 // with IndexByte), normalize (a quick check first), split into pre-tokens
 // with the hand-written scanner (an ASCII fast path over bytes; for the
-// Qwen2 and Llama-3 patterns on a CPU with AVX2, the block scanner: 64 bytes
-// classified at once by classify_amd64.s and the pre-token starts of the
-// block derived with mask arithmetic, blockscan.go), then look
+// byte-level families' patterns on a CPU with AVX2, the block scanner: 64
+// bytes classified at once by internal/classify and the pre-token starts of
+// the block derived with mask arithmetic, blockscan.go), then look
 // each pre-token up in a cache of pre-token -> ids (a short pre-token is
 // keyed by its length and two masked words read from the text; a 65,536-entry
 // direct-mapped front table that stays in L2, probed inline, then an
