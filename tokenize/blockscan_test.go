@@ -159,20 +159,32 @@ func FuzzBlockScan(f *testing.F) {
 }
 
 // BenchmarkPreTokens is the pre-token boundaries alone over the bundled
-// Alpaca prompts: scan one pre-token at a time, or the block scanner.
+// Alpaca prompts, for each pattern the block scanner has rules for: scan one
+// pre-token at a time (both levels of a two-level scanner), or the block
+// scanner.
 func BenchmarkPreTokens(b *testing.B) {
 	texts := alpacaPrompts(b, "")
 	n := 0
 	for _, s := range texts {
 		n += len(s)
 	}
-	for _, k := range []scanKind{scanQwen2, scanLlama3} {
-		name := map[scanKind]string{scanQwen2: "qwen2", scanLlama3: "llama3"}[k]
+	for _, k := range blockKinds {
+		name := map[scanKind]string{scanQwen2: "qwen2", scanLlama3: "llama3", scanDeepSeek: "deepseek",
+			scanGPT2: "gpt2", scanDigitsGPT2: "digits-gpt2", scanO200k: "o200k", scanTekken: "tekken"}[k]
+		in := innerScan(k)
 		b.Run("scan/"+name, func(b *testing.B) {
 			b.SetBytes(int64(n))
 			c0 := cpuSeconds()
 			for b.Loop() {
 				for _, s := range texts {
+					if in != scanNone {
+						for pos := 0; pos < len(s); {
+							end := pos + scan(k, s[pos:])
+							for ; pos < end; pos += scan(in, s[pos:end]) {
+							}
+						}
+						continue
+					}
 					for pos := 0; pos < len(s); pos += scan(k, s[pos:]) {
 					}
 				}
