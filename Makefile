@@ -12,7 +12,8 @@ RACE_PKGS   ?= ./...
 # Under -race these packages check a sample of their big golden corpora (the
 # race detector makes them ~10x slower); they run again without it, in full.
 # tokenize runs a third time with -tags noasm: its pure-Go classifier in
-# place of the SIMD one (classify_amd64.s).
+# place of the SIMD one (classify_amd64.s), and bounds-checked reads in the
+# encode loop's inner loop (bytestr.Load64), which TestAppendBlocks runs.
 FULL_PKGS   ?= ./tokenize/ ./cmd/dataprep/
 GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION ?= v0.8.2

@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -204,4 +205,70 @@ func BenchmarkPreTokens(b *testing.B) {
 			b.ReportMetric(float64(n)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 		})
 	}
+}
+
+// blockFamilies are the fixtures whose pre-tokenizer the block scanner runs.
+var blockFamilies = []string{"qwen2.5", "llama3.1", "deepseek-r1", "smollm2", "mistral-nemo", "gpt-oss"}
+
+// checkAppendBlocks compares appendBlocks' ids for s with those of scan's
+// pre-tokens, each through appendPiece, from an empty cache and a warm one,
+// into dst of several spare capacities (the inner loop writes into it only
+// with room for a block).
+func checkAppendBlocks(t *testing.T, tok *Tokenizer, s string) {
+	t.Helper()
+	k := tok.fastScan
+	if !hasBlockRules(k) {
+		t.Fatalf("scanner %d: no block rules", k)
+	}
+	ref := newState()
+	var want []int32
+	starts := scanStarts(s, k)
+	for i, p := range starts {
+		end := len(s)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		want = tok.appendPiece(want, s[p:end], ref)
+	}
+	st := newState()
+	for round := range 2 { // an empty cache, then a warm one
+		for _, spare := range []int{0, 1, 63, 64, 65, len(s) + 64} {
+			dst := append(make([]int32, 0, 3+spare), 7, 8, 9)
+			got := tok.appendBlocks(dst, s, k, st)
+			if !slices.Equal(got[:3], []int32{7, 8, 9}) || !slices.Equal(got[3:], want) {
+				t.Fatalf("%q (round %d, spare %d):\nappendBlocks %v\nscan         %v", s, round, spare, got, want)
+			}
+		}
+	}
+}
+
+func TestAppendBlocks(t *testing.T) {
+	texts := slices.Clone(blockScanSeeds)
+	prompts := alpacaPrompts(t, "")
+	for n := range 150 { // the end of the text at every place in a block
+		texts = append(texts, prompts[0][:min(n, len(prompts[0]))])
+	}
+	texts = append(texts, prompts[:50]...)
+	for _, m := range blockFamilies {
+		tok := loadModel(t, m)
+		for _, s := range texts {
+			checkAppendBlocks(t, tok, s)
+		}
+	}
+}
+
+// FuzzAppendBlocks: appendBlocks gives the ids of scan's pre-tokens on any
+// input, for every family the block scanner runs.
+func FuzzAppendBlocks(f *testing.F) {
+	for _, s := range blockScanSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 1024 {
+			s = s[:1024]
+		}
+		for _, m := range blockFamilies {
+			checkAppendBlocks(t, loadModel(t, m), s)
+		}
+	})
 }

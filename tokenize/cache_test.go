@@ -33,6 +33,29 @@ func TestShortWords(t *testing.T) {
 	}
 }
 
+// TestKeyAt checks keyAt against hash at every start and length of short
+// keys in texts of 16 to 40 bytes, near their end above all, where keyAt
+// shifts the last 16 bytes.
+func TestKeyAt(t *testing.T) {
+	c := newPTCache()
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		s := make([]byte, 16+r.IntN(25))
+		for i := range s {
+			s[i] = byte(r.IntN(256))
+		}
+		text := string(s)
+		for pos := range len(text) {
+			for n := 1; n <= 16 && pos+n <= len(text); n++ {
+				_, a, b := c.hash(text[pos : pos+n])
+				if ka, kb := keyAt(text, pos, n); ka != a || kb != b {
+					t.Fatalf("%q at %d, %d bytes: keyAt %x %x, hash %x %x", text, pos, n, ka, kb, a, b)
+				}
+			}
+		}
+	}
+}
+
 // TestPTCache puts more keys than a cache holds: each get gives the ids put
 // for that key or nothing (after the cache started over), never another's.
 func TestPTCache(t *testing.T) {

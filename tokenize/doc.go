@@ -87,7 +87,9 @@
 // the block derived with mask arithmetic, blockscan.go), then look
 // each pre-token up in a cache of pre-token -> ids (a short pre-token is
 // keyed by its length and two masked words read from the text; a 65,536-entry
-// direct-mapped front table that stays in L2, probed inline, then an
+// direct-mapped front table that stays in L2, probed inline: with the block
+// scanner, by an inner loop over a block's known starts that calls nothing
+// and writes ids into dst's spare capacity, appendBlocks; then an
 // open-addressing table of 32-byte slots cleared when it reaches 262,144
 // entries, so that a corpus's distinct words stay cached: the 52K Alpaca
 // prompts have ~72K); only a miss runs BPE, over raw bytes (the vocabulary

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/ferryml/ferry/tokenize/internal/bytestr"
 )
 
 // Special describes the special tokens of a tokenizer. IDs are -1 when absent.
@@ -307,28 +309,14 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 // scanner, or one the block scanner runs (blockScanKind), which splits by
 // both levels of a two-level one.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
+	if blockScanKind(k) {
+		return t.appendBlocks(dst, seg, k, sc)
+	}
 	{
 		byteID := &t.model.byteID
 		cache := sc.cache
-		text, block := seg, blockScanKind(k)
-		var bs blockScanner
-		if block {
-			bs = newBlockScanner(text, k)
-		}
 		for len(seg) > 0 {
-			var n int
-			if block {
-				// bs.next(pos) - pos, its common case inlined
-				pos := len(text) - len(seg)
-				m := (bs.starts | bs.unknown) &^ (2<<(pos&63) - 1)
-				if pos&^63 == bs.base && m != 0 && bs.unknown&(m&-m) == 0 {
-					n = bs.base + bits.TrailingZeros64(m) - pos
-				} else {
-					n = bs.nextSlow(pos) - pos
-				}
-			} else {
-				n = scan(k, seg)
-			}
+			n := scan(k, seg)
 			p := seg[:n]
 			// The common cases inline: one byte, or a cached pre-token.
 			if n == 1 {
@@ -372,6 +360,139 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 		}
 		return dst
 	}
+}
+
+// appendBlocks is appendScanned with the block scanner. Its inner loop takes
+// the pre-tokens of one block whose ends the block's masks give, while they
+// are single bytes or in the front table: it keeps its state in registers,
+// calls nothing and writes ids into dst's spare capacity. A front-table
+// miss goes to the cache's slots and BPE (appendMissShort); anything else
+// (an unknown start, a pre-token that runs past the block, one near the end
+// of the text, no spare capacity) to one step of the general path.
+func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
+	bs := newBlockScanner(text, k)
+	byteID := &t.model.byteID
+	cache := sc.cache
+	hot := (*[hotSlots]hotSlot)(cache.hot)
+	k2 := hashK2 ^ cache.seed
+	pos := 0
+	for pos < len(text) {
+		base := pos &^ 63
+		if base != bs.base {
+			bs.load(base)
+		}
+		// The starts after pos before the first unknown one; the inner loop
+		// takes the pre-tokens that end at them.
+		above := ^uint64(0) << (pos & 63) << 1
+		u := bs.unknown & above
+		m := bs.starts & above & (u&-u - 1)
+		// Each pre-token's start (pos, then m's bits but the last) must
+		// be 16 bytes from the end at least: its key's words are read.
+		if lim := len(text) - 16 - base; lim < 63 {
+			if pos-base > lim {
+				m = 0
+			}
+			m &= 2<<max(lim, 0) - 1
+		}
+		// Room for a block's ids; else append's growth, in blockStep.
+		var out *[64]int32
+		if cap(dst)-len(dst) >= 64 {
+			out = (*[64]int32)(dst[len(dst) : len(dst)+64])
+		} else {
+			m = 0
+		}
+		j := 0
+		for m != 0 {
+			e := bits.TrailingZeros64(m)
+			n := e - pos&63
+			w0 := bytestr.Load64(text, pos)
+			var id int32
+			if n == 1 {
+				if id = byteID[uint8(w0)]; id < 0 {
+					break
+				}
+			} else {
+				if n > 16 {
+					break
+				}
+				km := &shortMasks[n&31]
+				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
+				h := mix(a^k2, b^hashK3^uint64(n)) | 1 // cache.finish
+				hs := &hot[(h>>40)&(hotSlots-1)]
+				if hs.a != a || hs.b != b || hs.klen != uint32(n)+1 {
+					dst = dst[:len(dst)+j]
+					dst = t.appendMissShort(dst, text[pos:pos+n], h, a, b, hs, sc)
+					pos += n
+					goto next
+				}
+				id = hs.id
+			}
+			out[j&63] = id
+			j++
+			pos += n
+			m &= m - 1
+		}
+		dst = dst[:len(dst)+j]
+		if pos < len(text) {
+			dst, pos = t.blockStep(dst, text, pos, &bs, sc)
+		}
+	next:
+	}
+	return dst
+}
+
+// blockStep appends the ids of the pre-token at text[pos] (a start), which
+// appendBlocks' inner loop did not take, and returns its end.
+func (t *Tokenizer) blockStep(dst []int32, text string, pos int, bs *blockScanner, sc *state) ([]int32, int) {
+	e := bs.next(pos)
+	n := e - pos
+	p := text[pos:e]
+	if n == 1 {
+		if id := t.model.byteID[p[0]]; id >= 0 {
+			return append(dst, id), e
+		}
+	}
+	if n > 16 || len(text) < 16 {
+		return t.appendPiece(dst, p, sc), e
+	}
+	a, b := keyAt(text, pos, n)
+	h := sc.cache.finish(a, b, n)
+	hs, ok := sc.cache.hotFind(h, a, b, n)
+	if ok {
+		return append(dst, hs.id), e
+	}
+	return t.appendMissShort(dst, p, h, a, b, hs, sc), e
+}
+
+// keyAt is shortKey of text[pos:pos+n] (n <= 16 <= len(text)), also near
+// the end of text, where the 16 bytes from pos are not all there: then the
+// last 16 bytes are read and shifted.
+func keyAt(text string, pos, n int) (a, b uint64) {
+	if pos+16 <= len(text) {
+		return shortKey(load64(text, pos), load64(text, pos+8), n)
+	}
+	w0, w1 := load64(text, len(text)-16), load64(text, len(text)-8)
+	sh := uint(pos-(len(text)-16)) * 8 // 8 to 120
+	if sh >= 64 {
+		w0, w1 = w1>>(sh-64), 0
+	} else {
+		w0, w1 = w0>>sh|w1<<(64-sh), w1>>sh
+	}
+	return shortKey(w0, w1, n)
+}
+
+// appendMissShort appends the ids of p (at most 16 bytes; h, a, b its hash
+// and key) that the front table did not have at hs: from the cache's slots,
+// else by BPE, then cached.
+func (t *Tokenizer) appendMissShort(dst []int32, p string, h, a, b uint64, hs *hotSlot, sc *state) []int32 {
+	dst, ok := sc.cache.getSlot(dst, p, h, a, b, hs)
+	if ok {
+		return dst
+	}
+	start := len(dst)
+	dst = t.model.appendBPE(dst, p, &sc.scratch)
+	sc.cache.put(p, h, a, b, dst[start:])
+	return dst
 }
 
 // appendStaged runs the pre-tokenizer stages one after the other over all

@@ -9,3 +9,12 @@ func TestString(t *testing.T) {
 		}
 	}
 }
+
+func TestLoad64(t *testing.T) {
+	s := "\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a"
+	for i, want := range []uint64{0x0807060504030201, 0x0908070605040302, 0x0a09080706050403} {
+		if got := Load64(s, i); got != want {
+			t.Errorf("Load64(s, %d) = %#x, want %#x", i, got, want)
+		}
+	}
+}

@@ -1,0 +1,11 @@
+//go:build purego || noasm
+
+package bytestr
+
+// Load64 returns the 8 bytes of s at i as a little-endian uint64 (i+8 <=
+// len(s), checked here).
+func Load64(s string, i int) uint64 {
+	p := s[i : i+8]
+	return uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
+		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
+}
