@@ -138,10 +138,18 @@ func (c *ptCache) finish(a, b uint64, n int) uint64 {
 	return mix(a^hashK2^c.seed, b^hashK3^uint64(n)) | 1
 }
 
+// hotIndex is the front-table index of the short key a, b of n bytes: two
+// multiplies, cheaper than finish's 128-bit one, which only the slots past
+// the front table need. It is not seeded: keys made to share a front-table
+// slot only miss it, and the slots past it are indexed by the seeded hash.
+func hotIndex(a, b uint64, n int) uint64 {
+	return (a*hashK1 ^ (b^uint64(n))*hashK3) >> (64 - 16)
+}
+
 // hotFind returns the front-table slot of the short key a, b of n bytes and
 // whether it holds that key.
-func (c *ptCache) hotFind(h, a, b uint64, n int) (*hotSlot, bool) {
-	hs := &c.hot[(h>>40)&(hotSlots-1)]
+func (c *ptCache) hotFind(a, b uint64, n int) (*hotSlot, bool) {
+	hs := &c.hot[hotIndex(a, b, n)&(hotSlots-1)]
 	return hs, hs.a == a && hs.b == b && hs.klen == uint32(n)+1
 }
 
@@ -150,7 +158,7 @@ func (c *ptCache) get(dst []int32, p string, h, a, b uint64) ([]int32, bool) {
 	var hs *hotSlot
 	if len(p) <= 16 {
 		var ok bool
-		if hs, ok = c.hotFind(h, a, b, len(p)); ok {
+		if hs, ok = c.hotFind(a, b, len(p)); ok {
 			return append(dst, hs.id), true
 		}
 	}

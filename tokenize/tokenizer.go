@@ -331,14 +331,14 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 					// cache.hash(p) and cache.get inlined, the front table
 					// first: most pre-tokens are found there.
 					a, b = shortKey(load64(seg, 0), load64(seg, 8), n)
-					h = cache.finish(a, b, n)
-					hs, ok := cache.hotFind(h, a, b, n)
+					hs, ok := cache.hotFind(a, b, n)
 					if ok {
 						dst = append(dst, hs.id)
 						seg = seg[n:]
 						continue
 					}
 					seg = seg[n:]
+					h = cache.finish(a, b, n)
 					if dst, ok = cache.getSlot(dst, p, h, a, b, hs); ok {
 						continue
 					}
@@ -374,7 +374,6 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 	byteID := &t.model.byteID
 	cache := sc.cache
 	hot := (*[hotSlots]hotSlot)(cache.hot)
-	k2 := hashK2 ^ cache.seed
 	pos := 0
 	for pos < len(text) {
 		base := pos &^ 63
@@ -417,11 +416,10 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 				}
 				km := &shortMasks[n&31]
 				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
-				h := mix(a^k2, b^hashK3^uint64(n)) | 1 // cache.finish
-				hs := &hot[(h>>40)&(hotSlots-1)]
-				if hs.a != a || hs.b != b || hs.klen != uint32(n)+1 {
+				hs := &hot[hotIndex(a, b, n)&(hotSlots-1)]
+				if hs.a^a|hs.b^b|uint64(hs.klen^uint32(n+1)) != 0 {
 					dst = dst[:len(dst)+j]
-					dst = t.appendMissShort(dst, text[pos:pos+n], h, a, b, hs, sc)
+					dst = t.appendMissShort(dst, text[pos:pos+n], a, b, hs, sc)
 					pos += n
 					goto next
 				}
@@ -456,12 +454,11 @@ func (t *Tokenizer) blockStep(dst []int32, text string, pos int, bs *blockScanne
 		return t.appendPiece(dst, p, sc), e
 	}
 	a, b := keyAt(text, pos, n)
-	h := sc.cache.finish(a, b, n)
-	hs, ok := sc.cache.hotFind(h, a, b, n)
+	hs, ok := sc.cache.hotFind(a, b, n)
 	if ok {
 		return append(dst, hs.id), e
 	}
-	return t.appendMissShort(dst, p, h, a, b, hs, sc), e
+	return t.appendMissShort(dst, p, a, b, hs, sc), e
 }
 
 // keyAt is shortKey of text[pos:pos+n] (n <= 16 <= len(text)), also near
@@ -481,10 +478,11 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 	return shortKey(w0, w1, n)
 }
 
-// appendMissShort appends the ids of p (at most 16 bytes; h, a, b its hash
-// and key) that the front table did not have at hs: from the cache's slots,
-// else by BPE, then cached.
-func (t *Tokenizer) appendMissShort(dst []int32, p string, h, a, b uint64, hs *hotSlot, sc *state) []int32 {
+// appendMissShort appends the ids of p (at most 16 bytes; a, b its key) that
+// the front table did not have at hs: from the cache's slots, else by BPE,
+// then cached.
+func (t *Tokenizer) appendMissShort(dst []int32, p string, a, b uint64, hs *hotSlot, sc *state) []int32 {
+	h := sc.cache.finish(a, b, len(p))
 	dst, ok := sc.cache.getSlot(dst, p, h, a, b, hs)
 	if ok {
 		return dst
