@@ -196,8 +196,6 @@ func (b *blockScanner) load(base int) {
 	switch b.kind {
 	case scanGPT2, scanDigitsGPT2:
 		t, unknown = b.gpt2Rules(base, &c, nb)
-	case scanO200k, scanTekken:
-		t, unknown = b.o200kRules(base, &c, nb)
 	default:
 		t, unknown = b.qwenRules(base, &c, nb)
 	}
@@ -223,22 +221,24 @@ func (nb neighbours) prev2(m uint64, cls uint8) uint64 {
 	return prevB(prevB(m, bit(nb.c1&cls != 0)), bit(nb.c2&cls != 0))
 }
 
-// qwenRules are the starts and unknowns of a block under PatternQwen2,
-// PatternLlama3 or DeepSeek-V3's three Splits. DeepSeek differs from
-// Llama-3 (its \p{N}{1,3} too) in two ways over ASCII: it has no
-// contractions, and its digit groups are pieces of their own, so white space
-// before one ends at the piece's end as at the end of the text ("a  1" is
-// "a", "  ", "1"). Its [P][A-Za-z]+ and [^\r\n\p{L}\p{P}\p{S}]?\p{L}+ give
-// letters the prefixes Qwen2's [^\r\n\p{L}\p{N}]?\p{L}+ gives them.
+// qwenRules are the starts and unknowns of a block under PatternQwen2 and
+// the patterns built like it: PatternLlama3, DeepSeek-V3's three Splits,
+// PatternO200k and PatternTekken (their differences: o200kRules). DeepSeek
+// differs from Llama-3 (its \p{N}{1,3} too) in two ways over ASCII: it has
+// no contractions, and its digit groups are pieces of their own, so white
+// space before one ends at the piece's end as at the end of the text ("a  1"
+// is "a", "  ", "1"). Its [P][A-Za-z]+ and [^\r\n\p{L}\p{P}\p{S}]?\p{L}+
+// give letters the prefixes Qwen2's [^\r\n\p{L}\p{N}]?\p{L}+ gives them.
 func (b *blockScanner) qwenRules(base int, c *classify.Masks, nb neighbours) (t, unknown uint64) {
-	deepSeek := b.kind == scanDeepSeek
+	k := b.kind
+	singleDigits := k == scanQwen2 || k == scanTekken
 	w := c.S | c.NL
 	pm := ^(c.L | c.D | w | c.X) // P (and past the end: cleared by load)
 	prevL, prevD, prevNL := nb.prev(c.L, cL), nb.prev(c.D, cD), nb.prev(c.NL, cNL)
 	prevP, prevSP, prevW := nb.prev(pm, cP), nb.prev(c.SP, cSP), nb.prev(w, cS|cNL)
 	prev2P, prev2SP := nb.prev2(pm, cP), nb.prev2(c.SP, cSP)
 	nextW := nextB(w, bit(nb.next&(cS|cNL) != 0))
-	if deepSeek {
+	if k == scanDeepSeek {
 		nextW |= nextB(c.D, bit(nb.next&cD != 0))
 	}
 	prevX := nb.prev(c.X, cX)
@@ -248,18 +248,21 @@ func (b *blockScanner) qwenRules(base int, c *classify.Masks, nb neighbours) (t,
 	t |= c.NL & (prevL | prevD)
 	t |= c.S & (^prevW | ^nextW)
 	unknown = c.S & prevNL & nextW
-	if b.kind == scanQwen2 {
+	if singleDigits {
 		t |= c.D
 	} else {
 		t |= c.D &^ prevD
 	}
 	// Non-ASCII and control bytes, and the bytes whose rules read them.
 	unknown |= c.X | prevX | nb.prev2(c.X, cX) | nextB(c.X, bit(nb.next&cX != 0))
-	if b.kind != scanQwen2 && c.D&prevD != 0 {
+	if !singleDigits && c.D&prevD != 0 {
 		t, unknown = llamaDigits(c.D, prevD, prevX, t, unknown)
 	}
-	if deepSeek {
+	switch k {
+	case scanDeepSeek:
 		return t, unknown
+	case scanO200k, scanTekken:
+		return b.o200kRules(base, c, nb, t, unknown, pm&prevNL, prevL, prevX)
 	}
 	// Contractions: an apostrophe that starts a pre-token (as a P one does)
 	// ends it after the contraction. (Its letters start none: after the
@@ -302,10 +305,11 @@ func (b *blockScanner) gpt2Rules(base int, c *classify.Masks, nb neighbours) (t,
 	return b.contractions(base, c, prevP|prevSP, prevX, t, unknown, false)
 }
 
-// o200kRules are the starts and unknowns of a block under PatternO200k
-// (gpt-oss) or PatternTekken (Mistral-NeMo). They are Qwen2's rules (digits:
-// o200k's \p{N}{1,3} as Llama-3's, Tekken's \p{N} as Qwen2's) with three
-// differences over ASCII:
+// o200kRules adds to qwenRules' t and unknown (pAfterNL: the P bytes after
+// a newline; prevL, prevX: whether the byte before each is a letter,
+// non-ASCII) what PatternO200k (gpt-oss) and PatternTekken (Mistral-NeMo)
+// do differently over ASCII (digits: o200k's \p{N}{1,3} as Llama-3's,
+// Tekken's \p{N} as Qwen2's, in qwenRules):
 //
 //	case: a word is [A-Z]*[a-z]+ or [A-Z]+[a-z]*, so an upper-case letter
 //	    after a lower-case one starts a pre-token ("aBc" is "a", "Bc");
@@ -318,34 +322,11 @@ func (b *blockScanner) gpt2Rules(base int, c *classify.Masks, nb neighbours) (t,
 // An apostrophe two or three bytes before another one (as in "'s's", where
 // the first contraction is not a word's) leaves the latter and the three
 // bytes after it unknown.
-func (b *blockScanner) o200kRules(base int, c *classify.Masks, nb neighbours) (t, unknown uint64) {
+func (b *blockScanner) o200kRules(base int, c *classify.Masks, nb neighbours, t, unknown, pAfterNL, prevL, prevX uint64) (uint64, uint64) {
 	s := b.s
-	w := c.S | c.NL
-	pm := ^(c.L | c.D | w | c.X)
-	lower := c.L &^ c.U
-	prevL, prevD, prevNL := nb.prev(c.L, cL), nb.prev(c.D, cD), nb.prev(c.NL, cNL)
-	prevP, prevSP, prevW := nb.prev(pm, cP), nb.prev(c.SP, cSP), nb.prev(w, cS|cNL)
-	prev2P, prev2SP := nb.prev2(pm, cP), nb.prev2(c.SP, cSP)
-	nextW := nextB(w, bit(nb.next&(cS|cNL) != 0))
-	prevX := nb.prev(c.X, cX)
-
-	t = c.L & (prevD | prevNL | prevP&(prev2P|prev2SP))
-	t |= c.U & nb.prev(lower, cLo)
-	t |= pm &^ prevP &^ prevSP
-	t |= c.NL & (prevL | prevD)
-	t |= c.S & (^prevW | ^nextW)
-	unknown = c.S & prevNL & nextW
-	if b.kind == scanTekken {
-		t |= c.D
-	} else {
-		t |= c.D &^ prevD
-	}
-	unknown |= c.X | prevX | nb.prev2(c.X, cX) | nextB(c.X, bit(nb.next&cX != 0))
-	if b.kind == scanO200k && c.D&prevD != 0 {
-		t, unknown = llamaDigits(c.D, prevD, prevX, t, unknown)
-	}
+	t |= c.U & nb.prev(c.L&^c.U, cLo)
 	// A '/' after a newline, and the two bytes after it.
-	for m := pm & prevNL; m != 0; m &= m - 1 {
+	for m := pAfterNL; m != 0; m &= m - 1 {
 		if i := bits.TrailingZeros64(m); s[base+i] == '/' {
 			unknown |= 7 << i
 		}
