@@ -285,8 +285,11 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 		return t.appendSP(dst, seg, first, sc)
 	}
 	if k := t.fastScan; k != scanNone {
+		if blockScanKind(k) { // both levels of a two-level scanner
+			return t.appendBlocks(dst, seg, k, sc)
+		}
 		in := innerScan(k)
-		if in == scanNone || blockScanKind(k) {
+		if in == scanNone {
 			return t.appendScanned(dst, seg, k, sc)
 		}
 		for len(seg) > 0 {
@@ -305,67 +308,43 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 	return t.appendStaged(dst, seg, sc)
 }
 
-// appendScanned appends the ids of seg split by the scanner k: a one-level
-// scanner, or one the block scanner runs (blockScanKind), which splits by
-// both levels of a two-level one.
+// appendScanned appends the ids of seg split by the one-level scanner k.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
-	if blockScanKind(k) {
-		return t.appendBlocks(dst, seg, k, sc)
-	}
-	{
-		byteID := &t.model.byteID
-		cache := sc.cache
-		for len(seg) > 0 {
-			n := scan(k, seg)
-			p := seg[:n]
-			// The common cases inline: one byte, or a cached pre-token.
-			if n == 1 {
-				if id := byteID[p[0]]; id >= 0 {
-					dst = append(dst, id)
-					seg = seg[1:]
-					continue
-				}
-			} else if n <= maxCachedLen {
-				var h, a, b uint64
-				if n <= 16 && len(seg) >= 16 {
-					// cache.hash(p) and cache.get inlined, the front table
-					// first: most pre-tokens are found there.
-					a, b = shortKey(load64(seg, 0), load64(seg, 8), n)
-					hs, ok := cache.hotFind(a, b, n)
-					if ok {
-						dst = append(dst, hs.id)
-						seg = seg[n:]
-						continue
-					}
-					seg = seg[n:]
-					h = cache.finish(a, b, n)
-					if dst, ok = cache.getSlot(dst, p, h, a, b, hs); ok {
-						continue
-					}
-				} else {
-					h, a, b = cache.hash(p)
-					seg = seg[n:]
-					var ok bool
-					if dst, ok = cache.get(dst, p, h, a, b); ok {
-						continue
-					}
-				}
-				start := len(dst)
-				dst = t.model.appendBPE(dst, p, &sc.scratch)
-				cache.put(p, h, a, b, dst[start:])
+	byteID := &t.model.byteID
+	cache := sc.cache
+	for len(seg) > 0 {
+		n := scan(k, seg)
+		p := seg[:n]
+		// The common cases inline: one byte, or a short pre-token in the
+		// front table.
+		if n == 1 {
+			if id := byteID[p[0]]; id >= 0 {
+				dst = append(dst, id)
+				seg = seg[1:]
 				continue
 			}
+		} else if n <= 16 && len(seg) >= 16 {
+			a, b := shortKey(load64(seg, 0), load64(seg, 8), n)
+			hs, ok := cache.hotFind(a, b, n)
 			seg = seg[n:]
-			dst = t.appendPiece(dst, p, sc)
+			if ok {
+				dst = append(dst, hs.id)
+			} else {
+				dst = t.appendMissShort(dst, p, a, b, hs, sc)
+			}
+			continue
 		}
-		return dst
+		seg = seg[n:]
+		dst = t.appendPiece(dst, p, sc)
 	}
+	return dst
 }
 
-// appendBlocks is appendScanned with the block scanner. Its inner loop takes
-// the pre-tokens of one block whose ends the block's masks give, while they
-// are single bytes or in the front table: it keeps its state in registers,
-// calls nothing and writes ids into dst's spare capacity. A front-table
+// appendBlocks appends the ids of text split by the block scanner for k
+// (blockScanKind). Its inner loop takes the pre-tokens of one block whose
+// ends the block's masks give, while they are single bytes or in the front
+// table: it keeps its state in registers, calls nothing and writes ids into
+// dst's spare capacity. A front-table
 // miss goes to the cache's slots and BPE (appendMissShort); anything else
 // (an unknown start, a pre-token that runs past the block, one near the end
 // of the text, no spare capacity) to one step of the general path.
