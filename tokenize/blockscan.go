@@ -344,21 +344,23 @@ func (b *blockScanner) o200kRules(base int, c *classify.Masks, nb neighbours, t,
 	// unknown.
 	apx := c.AP & prevX
 	unknown |= apx<<1 | apx<<2 | apx<<3
-	if aps := c.AP & prevL; aps != 0 {
-		for ; aps != 0; aps &= aps - 1 {
-			i := bits.TrailingZeros64(aps)
-			p := base + i
-			if p >= 2 && s[p-2] == '\'' || p >= 3 && s[p-3] == '\'' {
-				unknown |= 15 << i
-				continue
-			}
-			if k := contraction(s[p:], true); k > 0 {
-				t = t&^((1<<k-1)<<i) | 1<<(i+k)
-			}
+	for aps := c.AP & prevL; aps != 0; aps &= aps - 1 {
+		i := bits.TrailingZeros64(aps)
+		p := base + i
+		if p >= 2 && s[p-2] == '\'' || p >= 3 && s[p-3] == '\'' {
+			unknown |= 15 << i
+			continue
+		}
+		if k := contraction(s[p:], true); k > 0 {
+			t = t&^((1<<k-1)<<i) | 1<<(i+k)
 		}
 	}
-	// A contraction that began in the three bytes before the block.
-	for j := max(1, base-3); j < base; j++ {
+	// A contraction that began in the three bytes before the block, when
+	// one of them is an apostrophe (rare).
+	if base == 0 || s[base-3] != '\'' && s[base-2] != '\'' && s[base-1] != '\'' {
+		return t, unknown
+	}
+	for j := base - 3; j < base; j++ {
 		if s[j] != '\'' || byteClass[s[j-1]]&(cL|cX) == 0 {
 			continue
 		}
