@@ -158,26 +158,29 @@ func (p *chatParser) json(data []byte) error {
 	if len(trimmed) == 0 {
 		return fmt.Errorf("%w: %s is empty", ErrEmpty, p.name)
 	}
-	// One JSON value in the whole file: a JSON array of records (or of the
-	// messages of one conversation), or one record.
-	if json.Valid(body) {
+	// A '[' that starts a line which is no JSON value by itself, or the
+	// file's only line: one JSON array, of records or of the messages of
+	// one conversation (array tells them apart by the first element), or
+	// with an error somewhere, which array reports. A '[' line that is a
+	// JSON value with more lines after it: JSON Lines of bare message
+	// arrays. Neither validates or parses the whole file first: only the
+	// records are parsed, once each (a detection that stops at the first
+	// record reads only that one).
+	first, more, _ := bytes.Cut(trimmed, []byte("\n"))
+	oneLine := len(bytes.TrimLeft(more, " \t\r\n")) == 0
+	if trimmed[0] == '[' && (oneLine || !json.Valid(first)) {
+		p.res.Format = JSONArray
+		return p.array(data, start)
+	}
+	// One record object in the whole file (json.Valid stops at the end of
+	// the first line of JSON Lines).
+	if trimmed[0] != '[' && json.Valid(body) {
 		v, err := chattemplate.ParseJSONValue(body)
 		if err != nil {
 			return &RecordError{File: p.name, Index: 0, Offset: int64(start), Line: 1, Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
 		}
-		l, isList := v.(*chattemplate.List)
-		if !isList || looksLikeMessages(l) {
-			p.res.Format = JSONArray // one conversation: a record object or its message list
-			return p.add(0, v, int64(start), lineAt(data, start))
-		}
 		p.res.Format = JSONArray
-		return p.array(data, start)
-	}
-	if first, _, _ := bytes.Cut(trimmed, []byte("\n")); trimmed[0] == '[' && !json.Valid(first) {
-		// a '[' whose line is no JSON value: a JSON array (with an error
-		// somewhere), not JSON Lines of bare message arrays
-		p.res.Format = JSONArray
-		return p.array(data, start)
+		return p.add(0, v, int64(start), lineAt(data, start))
 	}
 	// JSON Lines: one record a non-blank line.
 	return p.jsonLines(data, start, 0)
@@ -256,7 +259,8 @@ func readChatRange(ctx context.Context, pc Piece, opt Options) (*ChatResult, err
 
 // array reads the elements of the JSON array that starts data[start:] one
 // by one, so that each record's offset is known and a syntax error names
-// the record it is in.
+// the record it is in. When the first element looks like a message
+// (looksLikeMessage), the whole array is one conversation's messages.
 func (p *chatParser) array(data []byte, start int) error {
 	dec := json.NewDecoder(bytes.NewReader(data[start:]))
 	dec.UseNumber()
@@ -291,6 +295,14 @@ func (p *chatParser) array(data []byte, start int) error {
 		if err != nil {
 			return syntax(idx, err)
 		}
+		if idx == 0 && looksLikeMessage(v) {
+			// The array is the message list of one conversation.
+			v, err := chattemplate.ParseJSONValue(data[start:])
+			if err != nil {
+				return &RecordError{File: p.name, Index: 0, Offset: int64(start), Line: lineAt(data, start), Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
+			}
+			return p.add(0, v, int64(start), lineAt(data, start))
+		}
 		if err := p.add(idx, v, int64(off), p.lines.at(data, off)); err != nil {
 			return err
 		}
@@ -305,15 +317,12 @@ func (p *chatParser) array(data []byte, start int) error {
 	return nil
 }
 
-// looksLikeMessages reports whether a top-level JSON array is the message
-// list of one conversation rather than an array of records: its first
-// element is an object with "role" or "from" and without "messages" or
+// looksLikeMessage reports whether the first element of a top-level JSON
+// array makes it the message list of one conversation rather than an array
+// of records: an object with "role" or "from" and without "messages" or
 // "conversations".
-func looksLikeMessages(l *chattemplate.List) bool {
-	if len(l.Items) == 0 {
-		return false
-	}
-	d, ok := l.Items[0].(*chattemplate.Dict)
+func looksLikeMessage(v chattemplate.Value) bool {
+	d, ok := v.(*chattemplate.Dict)
 	if !ok {
 		return false
 	}

@@ -70,6 +70,14 @@ func TestReadChatShapes(t *testing.T) {
 			[]string{`[{"role":"user","content":"hi"}] enable_thinking=false`}},
 		{"bare array file", `[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]`, JSONArray,
 			[]string{`[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]`}},
+		{"pretty array of records", "[\n  {\n    \"messages\": [{\"role\": \"user\", \"content\": \"a\"}]\n  },\n  {\"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}\n]\n", JSONArray,
+			[]string{`[{"role":"user","content":"a"}]`, `[{"role":"user","content":"b"}]`}},
+		{"pretty message list", "\xef\xbb\xbf[\n  {\"from\": \"human\", \"value\": \"q\"},\n  {\"from\": \"gpt\", \"value\": \"a\"}\n]\n", JSONArray,
+			[]string{`[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]`}},
+		{"one-line array and a blank line", "[{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}, {\"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}]\n \r\n", JSONArray,
+			[]string{`[{"role":"user","content":"a"}]`, `[{"role":"user","content":"b"}]`}},
+		{"pretty object", "{\n  \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]\n}\n", JSONArray,
+			[]string{`[{"role":"user","content":"hi"}]`}},
 		{"jsonl bare arrays", "[{\"role\": \"user\", \"content\": \"a\"}]\n\n[{\"role\": \"user\", \"content\": \"b\"}]", JSONLines,
 			[]string{`[{"role":"user","content":"a"}]`, `[{"role":"user","content":"b"}]`}},
 		{"sharegpt with system and tools string", `{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}], "system": "be brief", "tools": "[{\"name\": \"f\"}]"}`, JSONArray,
@@ -210,6 +218,60 @@ func FuzzParseChat(f *testing.F) {
 		for _, c := range res.Records {
 			if c.Messages == nil {
 				t.Fatal("a record without messages")
+			}
+		}
+	})
+}
+
+// FuzzParseChatWhole: a file that is one JSON value reads as that value
+// parsed whole: an array of records, the messages of one conversation (when
+// its first element looks like a message) or one record, although ParseChat
+// parses only the records, one by one.
+func FuzzParseChatWhole(f *testing.F) {
+	f.Add([]byte(`[{"messages": [{"role": "user", "content": "hi"}]}, {"text": 1}]`))
+	f.Add([]byte("[\n {\"role\": \"user\", \"content\": \"hi\"},\n {\"role\": \"assistant\", \"content\": \"yo\"}\n]"))
+	f.Add([]byte("{\n\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]\n}"))
+	f.Add([]byte("[\n[{\"role\": \"user\"}],\n{\"from\": \"gpt\", \"value\": \"x\"}\n]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) || bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+			return
+		}
+		whole, err := chattemplate.ParseJSONValue(data)
+		if err != nil {
+			return
+		}
+		var want []string
+		var bad int64
+		keep := func(v chattemplate.Value) {
+			if c, _, err := conversation(v); err != nil {
+				bad++
+			} else {
+				want = append(want, asJSON(t, c))
+			}
+		}
+		if l, ok := whole.(*chattemplate.List); ok && (len(l.Items) == 0 || !looksLikeMessage(l.Items[0])) {
+			for _, it := range l.Items {
+				keep(it)
+			}
+		} else {
+			keep(whole)
+		}
+		res, err := ParseChat("fuzz", data, Options{OnBad: func(*RecordError) error { return nil }})
+		if len(want) == 0 && bad == 0 {
+			if !errors.Is(err, ErrEmpty) {
+				t.Fatalf("an empty array: error %v, want ErrEmpty", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("ParseChat: %v", err)
+		}
+		if res.Format != JSONArray || res.Skipped != bad || len(res.Records) != len(want) {
+			t.Fatalf("format %s, %d records, %d skipped; want %d records, %d skipped", res.Format, len(res.Records), res.Skipped, len(want), bad)
+		}
+		for i, w := range want {
+			if got := asJSON(t, res.Records[i]); got != w {
+				t.Fatalf("record %d:\n got %s\nwant %s", i, got, w)
 			}
 		}
 	})
