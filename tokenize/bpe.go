@@ -20,6 +20,7 @@ type bpeModel struct {
 	// new words of a cold pass). nil with ignore_merges (the vocabulary is
 	// looked up first anyway) and for character-level models.
 	selfBPE      []bool
+	words        wordTable // short keys, each its own BPE
 	ignoreMerges bool
 	unkID        int32 // -1 when there is no unk_token
 	fuseUnk      bool
@@ -100,6 +101,12 @@ func (m *bpeModel) appendBPE(dst []int32, word string, sc *scratch) []int32 {
 			return append(dst, id)
 		}
 	}
+	return m.appendMerged(dst, word, sc)
+}
+
+// appendMerged is appendBPE of a word whose BPE is not its own id alone
+// (not in m.words, or not looked up there): the merges from its bytes.
+func (m *bpeModel) appendMerged(dst []int32, word string, sc *scratch) []int32 {
 	ids := m.initial(sc, word)
 	if len(ids) >= heapThreshold {
 		return m.mergeHeap(dst, ids, sc)

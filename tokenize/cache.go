@@ -14,9 +14,9 @@ type ptCache struct {
 	// to stay in the CPU's L2 cache (1.5 MiB), where slots does not once it
 	// holds tens of thousands of pre-tokens: the frequent pre-tokens of text
 	// (Zipf) are found without a trip to memory. Its entries stay right
-	// after slots is cleared (a key's ids never change). On the real 52K
-	// Alpaca prompts (72K distinct pre-tokens) it finds 83% of the short
-	// pre-tokens of a warm pass; at 4,096 entries it found 69%.
+	// after slots is cleared (a key's ids never change). Made on first use:
+	// a byte-level model's words go to its word table instead (see
+	// wordTable), which has them before they are first seen.
 	hot   []hotSlot
 	slots []ptSlot
 	keys  []byte  // bytes of the keys longer than 16 bytes
@@ -62,7 +62,7 @@ const (
 var cacheSeed = uint64(new(maphash.Hash).Sum64()) | 1
 
 func newPTCache() *ptCache {
-	c := &ptCache{seed: cacheSeed, hot: make([]hotSlot, hotSlots)}
+	c := &ptCache{seed: cacheSeed}
 	c.reset(minCacheSlots)
 	return c
 }
@@ -106,12 +106,7 @@ func (c *ptCache) hash(p string) (h, a, b uint64) {
 		a, b = load64(p, n-16)^h, load64(p, n-8)
 		return c.finish(a, b, n), a, b
 	}
-	for i := n - 1; i >= 8; i-- {
-		b = b<<8 | uint64(p[i])
-	}
-	for i := min(n, 8) - 1; i >= 0; i-- {
-		a = a<<8 | uint64(p[i])
-	}
+	a, b = keyOf(p)
 	return c.finish(a, b, n), a, b
 }
 
@@ -138,17 +133,21 @@ func (c *ptCache) finish(a, b uint64, n int) uint64 {
 	return mix(a^hashK2^c.seed, b^hashK3^uint64(n)) | 1
 }
 
-// hotIndex is the front-table index of the short key a, b of n bytes: two
-// multiplies, cheaper than finish's 128-bit one, which only the slots past
-// the front table need. It is not seeded: keys made to share a front-table
-// slot only miss it, and the slots past it are indexed by the seeded hash.
+// hotIndex is the front-table index of the short key a, b of n bytes:
+// wordIndex's two multiplies, cheaper than finish's 128-bit one, which only
+// the slots past the front table need. It is not seeded: keys made to share
+// a front-table slot only miss it, and the slots past it are indexed by the
+// seeded hash.
 func hotIndex(a, b uint64, n int) uint64 {
-	return (a*hashK1 ^ (b^uint64(n))*hashK3) >> (64 - 16)
+	return wordIndex(a, b, n) >> (64 - 16)
 }
 
 // hotFind returns the front-table slot of the short key a, b of n bytes and
 // whether it holds that key.
 func (c *ptCache) hotFind(a, b uint64, n int) (*hotSlot, bool) {
+	if c.hot == nil {
+		c.hot = make([]hotSlot, hotSlots)
+	}
 	hs := &c.hot[hotIndex(a, b, n)&(hotSlots-1)]
 	return hs, hs.a == a && hs.b == b && hs.klen == uint32(n)+1
 }

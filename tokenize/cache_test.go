@@ -120,3 +120,56 @@ func TestMergeTable(t *testing.T) {
 		}
 	}
 }
+
+// TestWordTable holds every family's word table to BPE: a key of 1 to 16
+// bytes is in it exactly when appendBPE gives the id the vocabulary maps it
+// to, alone, and then with that id; the key with a byte more or less is
+// not found unless it is a word too.
+func TestWordTable(t *testing.T) {
+	for _, fam := range families {
+		t.Run(fam, func(t *testing.T) {
+			m := &loadModel(t, fam).model
+			if m.charLevel {
+				if m.words.n != 0 || len(m.words.slots) != 3*minWordSlots {
+					t.Fatalf("a character-level model: %d words in %d slots, want none in %d", m.words.n, len(m.words.slots)/3, minWordSlots)
+				}
+				return
+			}
+			var sc scratch
+			words, checked := 0, 0
+			for id := 0; id+1 < len(m.vocab.ends); id++ {
+				k := m.vocab.key(uint32(id))
+				if len(k) == 0 || len(k) > 16 {
+					continue
+				}
+				checked++
+				a, b := keyOf(k)
+				got, ok := m.words.find(a, b, len(k))
+				vid, inVocab := m.vocab.get(k)
+				bpe := m.appendBPE(nil, k, &sc)
+				want := inVocab && len(bpe) == 1 && bpe[0] == vid
+				if ok != want || ok && got != vid {
+					t.Fatalf("id %d %q: found %v (%d); BPE %v, vocabulary %d %v", id, k, ok, got, bpe, vid, inVocab)
+				}
+				if ok {
+					words++
+				}
+				for _, o := range []string{k + "\x00", k[:len(k)-1]} {
+					if len(o) == 0 || len(o) > 16 {
+						continue
+					}
+					oa, ob := keyOf(o)
+					if _, ok := m.words.find(oa, ob, len(o)); ok {
+						if _, in := m.vocab.get(o); !in {
+							t.Fatalf("%q: found, not in the vocabulary", o)
+						}
+					}
+				}
+			}
+			if words != m.words.n || words < checked/2 {
+				t.Fatalf("%d words of %d keys checked, the table holds %d", words, checked, m.words.n)
+			}
+			t.Logf("%d of %d keys of 1 to 16 bytes, %d slots", words, checked, len(m.words.slots)/3)
+		})
+	}
+}

@@ -65,15 +65,17 @@ import (
 //	       fallbackID 256 i32
 //	       mergeSlots u64 pairs: pair key, rank<<32 | merged id; key 0 empty
 //	       bytePairs  0 or 65,536 u64
+//	       wordSlots  u64 triples: key a, key b, len(key)+1 | id<<32; 0 0 0 empty
+//	                  (the model's wordTable; 16 empty slots for a character-level one)
 //
 // compiledVersion changes whenever the layout, or what Load builds into
 // these tables, changes: a file of another version is not read.
 const (
 	compiledMagic   = "FERRYTOK"
-	compiledVersion = 2
+	compiledVersion = 3
 	compiledHeader  = 96
 	// maxCompiledSize bounds the cache file read (the largest real one,
-	// Llama-3.1's, is about 20 MB).
+	// gpt-oss's, is about 40 MB; Qwen2.5's 17 MB, Llama-3.1's 20 MB).
 	maxCompiledSize = 1 << 30
 )
 
@@ -121,6 +123,7 @@ type modelTables struct {
 	merges             mergeTable
 	bytePairs          []uint64
 	selfBPE            []bool
+	words              wordTable
 }
 
 // snapshotTables copies the tables right after parseModel.
@@ -145,7 +148,7 @@ func (t *Tokenizer) installTables(mt *modelTables) error {
 	t.vocabSize = mt.vocabSize
 	bm.unkID, bm.symCut = mt.unkID, mt.symCut
 	bm.vocab, bm.byteID, bm.fallbackID, bm.merges, bm.bytePairs = mt.vocab, mt.byteID, mt.fallbackID, mt.merges, mt.bytePairs
-	bm.selfBPE = mt.selfBPE
+	bm.selfBPE, bm.words = mt.selfBPE, mt.words
 	t.tokens, t.decoded, t.isToken = mt.tokens, mt.decoded, mt.isToken
 	t.oddTokens = make(map[string]int32, len(mt.oddIDs))
 	for _, id := range mt.oddIDs {
@@ -255,6 +258,7 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 	}
 	u64s(mt.merges.slots)
 	u64s(mt.bytePairs)
+	u64s(mt.words.slots)
 	h := dst[start : start+compiledHeader]
 	le.PutUint64(h[80:], uint64(len(dst)-body))
 	le.PutUint32(h[88:], crc32.Checksum(dst[body:], castagnoli))
@@ -425,6 +429,7 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	ms := r.section("mergeSlots", -1, 16)
 	bpOff := r.off
 	bp := r.section("bytePairs", -1, 8)
+	ws := r.section("wordSlots", -1, 24)
 	if r.err == nil && r.off != len(body) {
 		r.fail("%d bytes after the last section", len(body)-r.off)
 	}
@@ -474,6 +479,17 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 		r.fail("vocabSlots: %d of %d slots filled, %d keys; tags and ids valid: %v", filled, len(v.slots), v.n, !tags && (filled == 0 || int(maxID) < nIDs))
 	}
 	mt.vocab = v
+	mt.words = wordTable{slots: le.Uint64s(ws)}
+	if n := len(mt.words.slots) / 3; n < minWordSlots || n&(n-1) != 0 {
+		r.fail("wordSlots: %d slots, want a power of two, at least %d", n, minWordSlots)
+	} else {
+		mt.words.shift = uint(64 - bits.TrailingZeros(uint(n)))
+		filled, maxID, badLen := checkWordSlots(mt.words.slots)
+		if badLen || filled >= n || (filled > 0 && int(maxID) >= nIDs) || (filled > 0 && mt.charLevel) {
+			r.fail("wordSlots: %d of %d slots filled; lengths and ids valid: %v", filled, n, !badLen && (filled == 0 || int(maxID) < nIDs))
+		}
+		mt.words.n = filled
+	}
 	for k, dst := range []*[256]int32{&mt.byteID, &mt.fallbackID} {
 		for i, x := range le.CopyUint32s(ids[k]) {
 			id := int32(x)

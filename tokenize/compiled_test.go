@@ -228,6 +228,36 @@ func TestCompiledCorrupt(t *testing.T) {
 			le.PutUint64(b[off:], 1<<20)
 			return refix(b)
 		}, "bytePairs"},
+		{"word length", func(b []byte) []byte {
+			off := sectionOffset(t, b, 12) // wordSlots
+			for i := off + 16; ; i += 24 {
+				if le.Uint64(b[i:]) != 0 { // the first filled slot: a key of 17 bytes
+					le.PutUint32(b[i:], 18)
+					break
+				}
+			}
+			return refix(b)
+		}, "wordSlots"},
+		{"word id", func(b []byte) []byte {
+			off := sectionOffset(t, b, 12)
+			for i := off + 16; ; i += 24 {
+				if le.Uint64(b[i:]) != 0 {
+					le.PutUint32(b[i+4:], 1<<20)
+					break
+				}
+			}
+			return refix(b)
+		}, "wordSlots"},
+		{"full word table", func(b []byte) []byte {
+			off := sectionOffset(t, b, 12)
+			n := int(le.Uint64(b[off-8:]))
+			for i := off + 16; i < off+n; i += 24 {
+				if le.Uint64(b[i:]) == 0 {
+					le.PutUint64(b[i:], 1<<32|3)
+				}
+			}
+			return refix(b)
+		}, "wordSlots"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,22 +84,26 @@
 // with the hand-written scanner (an ASCII fast path over bytes; for the
 // byte-level families' patterns on a CPU with AVX2, the block scanner: 64
 // bytes classified at once by internal/classify and the pre-token starts of
-// the block derived with mask arithmetic, blockscan.go), then look
-// each pre-token up in a cache of pre-token -> ids (a short pre-token is
-// keyed by its length and two masked words read from the text; a 65,536-entry
-// direct-mapped front table that stays in L2, probed inline: with the block
+// the block derived with mask arithmetic, blockscan.go), then look each
+// short pre-token (a key of its length and two masked words read from the
+// text) up in the model's word table: every vocabulary word of up to 16
+// bytes that BPE leaves whole (with ignore_merges, every one), its key
+// inline, 24-byte slots probed from the first inline (with the block
 // scanner, by an inner loop over a block's known starts that calls nothing
-// and writes ids into dst's spare capacity, appendBlocks; then an
-// open-addressing table of 32-byte slots cleared when it reaches 262,144
-// entries, so that a corpus's distinct words stay cached: the 52K Alpaca
-// prompts have ~72K); only a miss runs BPE, over raw bytes (the vocabulary
-// is re-keyed from byte-level characters to bytes at load) with merge ranks
-// in a flat open-addressing table keyed by a pair of ids, and a new word's
-// first round of byte pairs read from a 65,536-entry table that stays in
-// the CPU caches. A miss that is a vocabulary word BPE leaves whole (most
-// new words of a cold pass) takes that word's id without BPE: Load runs BPE
-// over every vocabulary word once (~60 ms for Qwen2.5, kept in the compiled
-// cache) to know which; with ignore_merges (Llama-3) every vocabulary word
+// and writes ids into dst's spare capacity, appendBlocks). A word is found
+// there before it was ever seen, so most new words of a cold pass cost no
+// BPE (Load runs BPE over every vocabulary word once, ~60 ms for Qwen2.5,
+// and the compiled cache keeps the table). Other pre-tokens go to a cache
+// of pre-token -> ids (an open-addressing table of 32-byte slots cleared
+// when it reaches 262,144 entries, so that a corpus's distinct words stay
+// cached: the 52K Alpaca prompts have ~72K; for a character-level model, a
+// 65,536-entry direct-mapped front table before it that stays in L2); only
+// a miss runs BPE, over raw bytes (the vocabulary is re-keyed from
+// byte-level characters to bytes at load) with merge ranks in a flat
+// open-addressing table keyed by a pair of ids, and a new word's first
+// round of byte pairs read from a 65,536-entry table that stays in the CPU
+// caches. A long miss that is a vocabulary word BPE leaves whole takes that
+// word's id without BPE; with ignore_merges (Llama-3) every vocabulary word
 // is one id anyway. Each goroutine has its own
 // cache, so there are no locks on the hot path. SentencePiece-style files
 // have no pre-tokenizer (BPE runs over the whole text between added tokens);

@@ -377,7 +377,7 @@ func (t *Tokenizer) build(f *fileJSON, tables *modelTables, keep bool) (*modelTa
 	}
 	t.finish()
 	if mt != nil {
-		mt.bytePairs, mt.selfBPE = t.model.bytePairs, t.model.selfBPE
+		mt.bytePairs, mt.selfBPE, mt.words = t.model.bytePairs, t.model.selfBPE, t.model.words
 	}
 	return mt, nil
 }

@@ -104,6 +104,7 @@ func (t *Tokenizer) finish() {
 	}
 	if !t.compiled { // the compiled cache has them
 		t.model.buildSelfBPE(len(t.model.vocab.ends) - 1)
+		t.model.buildWords()
 	}
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
@@ -311,12 +312,12 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 // appendScanned appends the ids of seg split by the one-level scanner k.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
 	byteID := &t.model.byteID
-	cache := sc.cache
+	words := &t.model.words
 	for len(seg) > 0 {
 		n := scan(k, seg)
 		p := seg[:n]
 		// The common cases inline: one byte, or a short pre-token in the
-		// front table.
+		// word table.
 		if n == 1 {
 			if id := byteID[p[0]]; id >= 0 {
 				dst = append(dst, id)
@@ -325,12 +326,11 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 			}
 		} else if n <= 16 && len(seg) >= 16 {
 			a, b := shortKey(load64(seg, 0), load64(seg, 8), n)
-			hs, ok := cache.hotFind(a, b, n)
 			seg = seg[n:]
-			if ok {
-				dst = append(dst, hs.id)
+			if id, ok := words.find(a, b, n); ok {
+				dst = append(dst, id)
 			} else {
-				dst = t.appendMissShort(dst, p, a, b, hs, sc)
+				dst = t.appendShort(dst, p, a, b, sc)
 			}
 			continue
 		}
@@ -342,17 +342,18 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 
 // appendBlocks appends the ids of text split by the block scanner for k
 // (blockScanKind). Its inner loop takes the pre-tokens of one block whose
-// ends the block's masks give, while they are single bytes or in the front
-// table: it keeps its state in registers, calls nothing and writes ids into
-// dst's spare capacity. A front-table
-// miss goes to the cache's slots and BPE (appendMissShort); anything else
+// ends the block's masks give, while they are single bytes or in the first
+// slot of their word-table probe: it keeps its state in registers, calls
+// nothing and writes ids into dst's spare capacity. Any other short
+// pre-token goes to appendShort (the rest of the probe, the cache's slots,
+// BPE); anything else
 // (an unknown start, a pre-token that runs past the block, one near the end
 // of the text, no spare capacity) to one step of the general path.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
 	byteID := &t.model.byteID
-	cache := sc.cache
-	hot := (*[hotSlots]hotSlot)(cache.hot)
+	words := t.model.words.slots
+	shift := t.model.words.shift
 	pos := 0
 	for pos < len(text) {
 		base := pos &^ 63
@@ -395,14 +396,15 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 				}
 				km := &shortMasks[n&31]
 				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
-				hs := &hot[hotIndex(a, b, n)&(hotSlots-1)]
-				if hs.a^a|hs.b^b|uint64(hs.klen^uint32(n+1)) != 0 {
+				i := wordIndex(a, b, n) >> shift * 3
+				s := words[i : i+3 : i+3]
+				if s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) != 0 {
 					dst = dst[:len(dst)+j]
-					dst = t.appendMissShort(dst, text[pos:pos+n], a, b, hs, sc)
+					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
 					pos += n
 					goto next
 				}
-				id = hs.id
+				id = int32(s[2] >> 32)
 			}
 			out[j&63] = id
 			j++
@@ -433,11 +435,7 @@ func (t *Tokenizer) blockStep(dst []int32, text string, pos int, bs *blockScanne
 		return t.appendPiece(dst, p, sc), e
 	}
 	a, b := keyAt(text, pos, n)
-	hs, ok := sc.cache.hotFind(a, b, n)
-	if ok {
-		return append(dst, hs.id), e
-	}
-	return t.appendMissShort(dst, p, a, b, hs, sc), e
+	return t.appendShort(dst, p, a, b, sc), e
 }
 
 // keyAt is shortKey of text[pos:pos+n] (n <= 16 <= len(text)), also near
@@ -457,17 +455,33 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 	return shortKey(w0, w1, n)
 }
 
-// appendMissShort appends the ids of p (at most 16 bytes; a, b its key) that
-// the front table did not have at hs: from the cache's slots, else by BPE,
-// then cached.
-func (t *Tokenizer) appendMissShort(dst []int32, p string, a, b uint64, hs *hotSlot, sc *state) []int32 {
+// appendShort appends the ids of p (at most 16 bytes; a, b its key): from
+// the model's word table, else (a model without one) the cache's front
+// table, else the cache's slots, else by BPE, then cached.
+func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) []int32 {
+	m := &t.model
+	if id, ok := m.words.find(a, b, len(p)); ok {
+		return append(dst, id)
+	}
+	var hs *hotSlot
+	if m.words.n == 0 {
+		var ok bool
+		if hs, ok = sc.cache.hotFind(a, b, len(p)); ok {
+			return append(dst, hs.id)
+		}
+	}
 	h := sc.cache.finish(a, b, len(p))
 	dst, ok := sc.cache.getSlot(dst, p, h, a, b, hs)
 	if ok {
 		return dst
 	}
 	start := len(dst)
-	dst = t.model.appendBPE(dst, p, &sc.scratch)
+	if m.words.n > 0 {
+		// not in the word table: BPE is not the vocabulary's id alone
+		dst = m.appendMerged(dst, p, &sc.scratch)
+	} else {
+		dst = m.appendBPE(dst, p, &sc.scratch)
+	}
 	sc.cache.put(p, h, a, b, dst[start:])
 	return dst
 }
@@ -516,13 +530,15 @@ func (t *Tokenizer) appendPiece(dst []int32, p string, sc *state) []int32 {
 			return append(dst, id)
 		}
 	}
+	if len(p) <= 16 {
+		a, b := keyOf(p)
+		return t.appendShort(dst, p, a, b, sc)
+	}
 	if len(p) > maxCachedLen {
 		return m.appendBPE(dst, p, &sc.scratch)
 	}
-	// The small per-goroutine cache first: the vocabulary map is large and
-	// cold in the CPU caches.
 	h, a, b := sc.cache.hash(p)
-	dst, ok := sc.cache.get(dst, p, h, a, b)
+	dst, ok := sc.cache.getSlot(dst, p, h, a, b, nil)
 	if ok {
 		return dst
 	}
