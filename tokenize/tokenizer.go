@@ -396,7 +396,7 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 				}
 				km := &shortMasks[n&31]
 				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
-				i := wordIndex(a, b, n) >> shift * 3
+				i := wordIndex(a, b, n) >> (shift & 63) * 3
 				s := words[i : i+3 : i+3]
 				if s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) != 0 {
 					dst = dst[:len(dst)+j]

@@ -33,7 +33,7 @@ func wordIndex(a, b uint64, n int) uint64 {
 // find returns the id of the short key a, b of n bytes.
 func (w *wordTable) find(a, b uint64, n int) (int32, bool) {
 	mask := uint64(len(w.slots)/3 - 1)
-	for i := wordIndex(a, b, n) >> w.shift; ; i = (i + 1) & mask {
+	for i := wordIndex(a, b, n) >> (w.shift & 63); ; i = (i + 1) & mask {
 		s := w.slots[3*i : 3*i+3 : 3*i+3]
 		if s[0] == a && s[1] == b && uint32(s[2]) == uint32(n)+1 {
 			return int32(s[2] >> 32), true
