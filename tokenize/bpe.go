@@ -141,24 +141,18 @@ func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch
 		}
 	}
 	for n > 1 {
-		// The lowest rank, the leftmost among equals: the least rank<<32|i,
-		// found without a branch per pair (min is a conditional move).
-		best := uint64(math.MaxUint64)
-		for i, r := range ranks[:n-1] {
-			best = min(best, uint64(r)<<32|uint64(i))
-		}
+		best := lowest(ranks[:n-1])
 		if uint32(best>>32) == noRank {
 			break
 		}
 		bi := int(uint32(best))
 		ids[bi] = merged[bi]
-		// Remove position bi+1 (loops, not copy: the words are short and
-		// a memmove call per merge costs more than moving a few ids).
+		// Remove id bi+1 and pair bi (one loop, not copy: the words are
+		// short and a memmove call per merge costs more than moving a few
+		// ids).
 		for j := bi + 1; j < n-1; j++ {
 			ids[j] = ids[j+1]
-		}
-		for j := bi; j < n-2; j++ {
-			ranks[j], merged[j] = ranks[j+1], merged[j+1]
+			ranks[j-1], merged[j-1] = ranks[j], merged[j]
 		}
 		n--
 		if bi > 0 {
@@ -168,8 +162,25 @@ func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch
 			ranks[bi], merged[bi] = m.merge(ids[bi], ids[bi+1])
 		}
 	}
-	sc.ranks, sc.nexts = ranks, merged
+	if cap(ranks) > cap(sc.ranks) { // grown: keep (no write barrier otherwise)
+		sc.ranks, sc.nexts = ranks, merged
+	}
 	return append(dst, ids[:n]...)
+}
+
+// lowest returns the least rank<<32|i of ranks: the lowest rank, the
+// leftmost among equals; MaxUint64 for none. A function of its own, so that
+// best stays in a register and min is a conditional move, not a branch per
+// pair (in mergeSmall's body it was spilled and branched: a third of a cold
+// pass's mispredicted branches).
+//
+//go:noinline
+func lowest(ranks []uint32) uint64 {
+	best := uint64(math.MaxUint64)
+	for i, r := range ranks {
+		best = min(best, uint64(r)<<32|uint64(i))
+	}
+	return best
 }
 
 type heapItem struct {
