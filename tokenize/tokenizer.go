@@ -460,11 +460,12 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 // table, else the cache's slots, else by BPE, then cached.
 func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) []int32 {
 	m := &t.model
-	if id, ok := m.words.find(a, b, len(p)); ok {
-		return append(dst, id)
-	}
 	var hs *hotSlot
-	if m.words.n == 0 {
+	if m.words.n > 0 {
+		if id, ok := m.words.find(a, b, len(p)); ok {
+			return append(dst, id)
+		}
+	} else {
 		var ok bool
 		if hs, ok = sc.cache.hotFind(a, b, len(p)); ok {
 			return append(dst, hs.id)
