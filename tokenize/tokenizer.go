@@ -312,12 +312,11 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 // appendScanned appends the ids of seg split by the one-level scanner k.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
 	byteID := &t.model.byteID
-	words := &t.model.words
 	for len(seg) > 0 {
 		n := scan(k, seg)
 		p := seg[:n]
-		// The common cases inline: one byte, or a short pre-token in the
-		// word table.
+		// The common cases first: one byte, or a short pre-token keyed
+		// from the words read at its start.
 		if n == 1 {
 			if id := byteID[p[0]]; id >= 0 {
 				dst = append(dst, id)
@@ -327,11 +326,7 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 		} else if n <= 16 && len(seg) >= 16 {
 			a, b := shortKey(load64(seg, 0), load64(seg, 8), n)
 			seg = seg[n:]
-			if id, ok := words.find(a, b, n); ok {
-				dst = append(dst, id)
-			} else {
-				dst = t.appendShort(dst, p, a, b, sc)
-			}
+			dst = t.appendShort(dst, p, a, b, sc)
 			continue
 		}
 		seg = seg[n:]
@@ -345,8 +340,8 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // ends the block's masks give, while they are single bytes or in the first
 // slot of their word-table probe: it keeps its state in registers, calls
 // nothing and writes ids into dst's spare capacity. Any other short
-// pre-token goes to appendShort (the rest of the probe, the cache's slots,
-// BPE); anything else
+// pre-token goes to appendShort (the whole probe, the cache's slots, BPE);
+// anything else
 // (an unknown start, a pre-token that runs past the block, one near the end
 // of the text, no spare capacity) to one step of the general path.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
