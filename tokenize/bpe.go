@@ -162,7 +162,7 @@ func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch
 			ranks[bi], merged[bi] = m.merge(ids[bi], ids[bi+1])
 		}
 	}
-	if cap(ranks) > cap(sc.ranks) { // grown: keep (no write barrier otherwise)
+	if cap(ranks) > cap(sc.ranks) || cap(merged) > cap(sc.nexts) { // grown: keep (no write barrier otherwise)
 		sc.ranks, sc.nexts = ranks, merged
 	}
 	return append(dst, ids[:n]...)

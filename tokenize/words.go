@@ -1,6 +1,9 @@
 package tokenize
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
 // wordTable is a byte-level model's read-only table of short words: every
 // vocabulary key of 1 to 16 bytes whose BPE is its own id alone (with
@@ -65,15 +68,15 @@ func (w *wordTable) insert(k string, id int32) {
 // character-level model, whose words are not raw bytes).
 func (m *bpeModel) buildWords() {
 	var keep []int32
-	for id := 0; !m.charLevel && id+1 < len(m.vocab.ends); id++ {
-		k := m.vocab.key(uint32(id))
-		if len(k) == 0 || len(k) > 16 || !(m.ignoreMerges || m.selfBPE != nil && m.selfBPE[id]) {
-			continue
-		}
-		if got, ok := m.vocab.get(k); ok && got == int32(id) {
-			keep = append(keep, int32(id))
-		}
+	if !m.charLevel {
+		m.vocab.all(func(k string, id int32) bool {
+			if len(k) > 0 && len(k) <= 16 && (m.ignoreMerges || m.selfBPE != nil && m.selfBPE[id]) {
+				keep = append(keep, id)
+			}
+			return true
+		})
 	}
+	slices.Sort(keep)                                     // id order: see wordTable
 	m.words = newWordTable(len(keep) + len(keep)*2/3 + 1) // load factor at most 3/5
 	for _, id := range keep {
 		m.words.insert(m.vocab.key(uint32(id)), id)
@@ -81,7 +84,8 @@ func (m *bpeModel) buildWords() {
 }
 
 // checkWordSlots returns the number of filled slots of a word table, the
-// largest id in them and whether a filled one has a length over 16.
+// largest id in them and whether a filled one has a key length outside 1
+// to 16.
 func checkWordSlots(slots []uint64) (filled int, maxID uint32, badLen bool) {
 	var bad uint64
 	for i := 0; i+2 < len(slots); i += 3 {
