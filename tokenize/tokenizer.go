@@ -312,11 +312,12 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 // appendScanned appends the ids of seg split by the one-level scanner k.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
 	byteID := &t.model.byteID
+	words := &t.model.words
 	for len(seg) > 0 {
 		n := scan(k, seg)
 		p := seg[:n]
-		// The common cases first: one byte, or a short pre-token keyed
-		// from the words read at its start.
+		// The common cases inline: one byte, or a short pre-token in the
+		// first slot of its word-table probe.
 		if n == 1 {
 			if id := byteID[p[0]]; id >= 0 {
 				dst = append(dst, id)
@@ -326,7 +327,11 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 		} else if n <= 16 && len(seg) >= 16 {
 			a, b := shortKey(load64(seg, 0), load64(seg, 8), n)
 			seg = seg[n:]
-			dst = t.appendShort(dst, p, a, b, sc)
+			if id, ok := words.home(a, b, n); ok {
+				dst = append(dst, id)
+			} else {
+				dst = t.appendShort(dst, p, a, b, sc)
+			}
 			continue
 		}
 		seg = seg[n:]
@@ -347,8 +352,7 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
 	byteID := &t.model.byteID
-	words := t.model.words.slots
-	shift := t.model.words.shift
+	words := &t.model.words
 	pos := 0
 	for pos < len(text) {
 		base := pos &^ 63
@@ -391,15 +395,13 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 				}
 				km := &shortMasks[n&31]
 				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
-				i := wordIndex(a, b, n) >> (shift & 63) * 3
-				s := words[i : i+3 : i+3]
-				if s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) != 0 {
+				var ok bool
+				if id, ok = words.home(a, b, n); !ok {
 					dst = dst[:len(dst)+j]
 					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
 					pos += n
 					goto next
 				}
-				id = int32(s[2] >> 32)
 			}
 			out[j&63] = id
 			j++

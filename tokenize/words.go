@@ -47,6 +47,15 @@ func (w *wordTable) find(a, b uint64, n int) (int32, bool) {
 	}
 }
 
+// home returns the id of the short key a, b of n bytes when it is in its
+// first slot, find's first probe: the encode loops take it inline and leave
+// the rest to appendShort.
+func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
+	i := wordIndex(a, b, n) >> (w.shift & 63) * 3
+	s := w.slots[i : i+3 : i+3]
+	return int32(s[2] >> 32), s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) == 0
+}
+
 // newWordTable returns an empty table of room slots at least.
 func newWordTable(room int) wordTable {
 	size := 1 << max(4, bits.Len(uint(room-1)))
