@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -78,6 +79,90 @@ func ReadChat(ctx context.Context, loc string, opt Options) (*ChatResult, error)
 	return ParseChat(loc, raw, opt)
 }
 
+// firstChatChunk is how many bytes of its input FirstChat parses first;
+// it reads four times more each time they do not hold record 0. (A
+// variable: the tests grow it from one byte.)
+var firstChatChunk = 64 << 10
+
+// FirstChat reads the first record (record 0) of loc as ReadChat reads it,
+// and only as much of loc as that takes: a JSON or JSON Lines input (plain
+// or compressed) is read in growing prefixes, parsed as they come, until
+// one holds record 0 whole, so that telling a large or remote input's
+// format does not read it all. A Parquet file is read whole. The error is
+// the one ReadChat reports for record 0 (a *RecordError with Index 0), or
+// one about the whole input (unreadable, or no records).
+func FirstChat(ctx context.Context, loc string) (Conversation, error) {
+	rc, _, err := storage.OpenStream(ctx, loc)
+	if err != nil {
+		return Conversation{}, err
+	}
+	defer rc.Close()
+	return firstChat(loc, rc, 64<<30)
+}
+
+// firstChat is FirstChat for the input r (name in errors) of at most limit
+// bytes, decompressed.
+func firstChat(name string, r io.Reader, limit int64) (Conversation, error) {
+	br := bufio.NewReader(r)
+	head, _ := br.Peek(4)
+	in, kind, closeZ, err := decompressor(br, head, limit)
+	if err != nil {
+		return Conversation{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer closeZ()
+	var buf bytes.Buffer
+	for want := int64(firstChatChunk); ; want = min(want*4, limit+1) {
+		ask := want - int64(buf.Len())
+		n, err := buf.ReadFrom(io.LimitReader(in, ask))
+		if err != nil {
+			if kind != "" {
+				err = fmt.Errorf("%s: %w", kind, err)
+			}
+			return Conversation{}, fmt.Errorf("%s: %w", name, err)
+		}
+		if int64(buf.Len()) > limit {
+			return Conversation{}, fmt.Errorf("%s: %w: more than %d bytes", name, ErrLimit, limit)
+		}
+		eof := n < ask
+		data := buf.Bytes()
+		if !eof && len(data) >= 4 && string(data[:4]) == "PAR1" {
+			continue // Parquet: read whole
+		}
+		if c, ok, err := firstRecord(name, data, !eof); ok || eof {
+			return c, err
+		}
+	}
+}
+
+// firstRecord parses record 0 of data, the input whole or (prefix) its
+// start; ok is false when a prefix does not hold record 0 whole.
+func firstRecord(name string, data []byte, prefix bool) (c Conversation, ok bool, err error) {
+	var first *RecordError
+	res := &ChatResult{}
+	p := newChatParser(name, res, Options{OnBad: func(e *RecordError) error {
+		first = e
+		return e
+	}})
+	p.prefix = prefix
+	switch {
+	case len(data) >= 4 && string(data[:4]) == "PAR1":
+		err = p.parquet(data)
+	default:
+		err = p.json(data)
+	}
+	switch {
+	case len(res.Records) > 0:
+		return res.Records[0], true, nil
+	case first != nil && first.Index == 0 && !(prefix && errors.Is(first.Err, ErrSyntax)):
+		return Conversation{}, true, first
+	case prefix:
+		return Conversation{}, false, nil
+	case err == nil:
+		return Conversation{}, true, fmt.Errorf("%w: %s has no records", ErrEmpty, name)
+	}
+	return Conversation{}, true, err
+}
+
 // ParseChat is ReadChat for an input already in memory; name is used in
 // errors.
 func ParseChat(name string, raw []byte, opt Options) (*ChatResult, error) {
@@ -117,7 +202,16 @@ type chatParser struct {
 	res   *ChatResult
 	bad   func(*RecordError) error
 	lines lineCounter
+	// prefix: the data is the start of a longer input (FirstChat). An
+	// input that is one JSON value so far may not be one as a whole, so a
+	// record that is the whole input (one object, or one conversation's
+	// message list), a last line without its newline or an array element
+	// that ends the data is answered errPrefix rather than read.
+	prefix bool
 }
+
+// errPrefix: the input's start does not tell how the rest is read.
+var errPrefix = errors.New("dataset: more of the input is needed")
 
 // lineCounter gives the 1-based line of byte offsets asked for in
 // increasing order, counting newlines only since the last one asked
@@ -166,15 +260,22 @@ func (p *chatParser) json(data []byte) error {
 	// arrays. Neither validates or parses the whole file first: only the
 	// records are parsed, once each (a detection that stops at the first
 	// record reads only that one).
+	//
+	// A first line that is a JSON array whose first element is no message
+	// is the start of an array of records whatever follows it, so that
+	// the input's start decides how its first record is read (FirstChat).
 	first, more, _ := bytes.Cut(trimmed, []byte("\n"))
 	oneLine := len(bytes.TrimLeft(more, " \t\r\n")) == 0
-	if trimmed[0] == '[' && (oneLine || !json.Valid(first)) {
+	if trimmed[0] == '[' && (oneLine || !json.Valid(first) || !startsWithMessage(first)) {
 		p.res.Format = JSONArray
 		return p.array(data, start)
 	}
 	// One record object in the whole file (json.Valid stops at the end of
 	// the first line of JSON Lines).
 	if trimmed[0] != '[' && json.Valid(body) {
+		if p.prefix {
+			return errPrefix
+		}
 		v, err := chattemplate.ParseJSONValue(body)
 		if err != nil {
 			return &RecordError{File: p.name, Index: 0, Offset: int64(start), Line: 1, Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
@@ -206,6 +307,9 @@ func (p *chatParser) jsonLines(data []byte, start int, base int64) error {
 			end += off
 		}
 		text := bytes.TrimSpace(data[off:end])
+		if len(text) > 0 && p.prefix && end == len(data) {
+			return errPrefix // a line the input's start may cut short
+		}
 		if len(text) > 0 {
 			v, err := chattemplate.ParseJSONValue(text)
 			if err != nil {
@@ -290,6 +394,9 @@ func (p *chatParser) array(data []byte, start int) error {
 			return syntax(idx, err)
 		}
 		end := start + int(dec.InputOffset())
+		if p.prefix && end == len(data) {
+			return errPrefix // a number or literal may go on past the start
+		}
 		off := end - len(raw)
 		v, err := chattemplate.ParseJSONValue(raw)
 		if err != nil {
@@ -297,6 +404,9 @@ func (p *chatParser) array(data []byte, start int) error {
 		}
 		if idx == 0 && looksLikeMessage(v) {
 			// The array is the message list of one conversation.
+			if p.prefix {
+				return errPrefix // which may not end where this start does
+			}
 			v, err := chattemplate.ParseJSONValue(data[start:])
 			if err != nil {
 				return &RecordError{File: p.name, Index: 0, Offset: int64(start), Line: lineAt(data, start), Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
@@ -315,6 +425,23 @@ func (p *chatParser) array(data []byte, start int) error {
 		return syntax(idx, errors.New("found more after the closing ']'"))
 	}
 	return nil
+}
+
+// startsWithMessage reports whether the JSON array line (valid JSON) is
+// empty or starts with a message (looksLikeMessage): a JSON Lines line of
+// bare messages.
+func startsWithMessage(line []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil || !dec.More() {
+		return true
+	}
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return true
+	}
+	v, err := chattemplate.ParseJSONValue(raw)
+	return err == nil && looksLikeMessage(v)
 }
 
 // looksLikeMessage reports whether the first element of a top-level JSON

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryml/ferry/chattemplate"
 )
@@ -310,4 +313,184 @@ func TestReadChatPieces(t *testing.T) {
 	if per[0].Records != 2 || per[1].Records != 2 || per[1].Skipped != 1 {
 		t.Errorf("per piece %+v", per)
 	}
+}
+
+// firstOutcome is what FirstChat (or firstRecord) gave: record 0 as JSON,
+// or the error.
+func firstOutcome(t *testing.T, c Conversation, err error) string {
+	t.Helper()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return asJSON(t, c)
+}
+
+// wholeFirst is record 0 of data read whole, checked against ParseChat:
+// the record it reads first, or the error it stops at for record 0.
+func wholeFirst(t *testing.T, data []byte) string {
+	t.Helper()
+	c, ok, err := firstRecord("in", data, false)
+	if !ok {
+		t.Fatal("firstRecord of a whole input is undecided")
+	}
+	res, perr := ParseChat("in", data, Options{OnBad: func(e *RecordError) error {
+		if e.Index == 0 {
+			return e
+		}
+		return nil
+	}})
+	var re *RecordError
+	switch {
+	case perr == nil && (err != nil || res.Samples[0] != 0 || asJSON(t, res.Records[0]) != asJSON(t, c)):
+		t.Fatalf("ParseChat reads record 0 as %v, firstRecord as %s", res.Records[0], firstOutcome(t, c, err))
+	case errors.As(perr, &re) && re.Index == 0 && (err == nil || perr.Error() != err.Error()):
+		t.Fatalf("ParseChat stops at record 0 with %v, firstRecord gives %s", perr, firstOutcome(t, c, err))
+	case perr != nil && re == nil && (err == nil || perr.Error() != err.Error()):
+		t.Fatalf("ParseChat fails with %v, firstRecord gives %s", perr, firstOutcome(t, c, err))
+	}
+	return firstOutcome(t, c, err)
+}
+
+// firstChatEvery runs firstChat over data from each first chunk size in
+// sizes (none: every size from 1 byte to the whole) and holds it to
+// record 0 of data read whole.
+func firstChatEvery(t *testing.T, data []byte, sizes ...int) {
+	t.Helper()
+	want := wholeFirst(t, data)
+	defer func(n int) { firstChatChunk = n }(firstChatChunk)
+	if len(sizes) == 0 {
+		for n := 1; n <= len(data)+1; n++ {
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		firstChatChunk = n
+		c, err := firstChat("in", bytes.NewReader(data), 1<<20)
+		if got := firstOutcome(t, c, err); got != want {
+			t.Fatalf("first chunk of %d bytes:\n got %s\nwant %s", n, got, want)
+		}
+	}
+}
+
+// TestFirstChat: FirstChat reads record 0 as ReadChat does, from any
+// prefix length, plain or compressed; the inputs of the shape and bad
+// record tests, and starts that tell apart a JSON array from JSON Lines
+// only further on.
+func TestFirstChat(t *testing.T) {
+	msg := `{"messages": [{"role": "user", "content": "a"}]}`
+	ins := []string{
+		`[{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]`,
+		`{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": false}}`,
+		`[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]`,
+		"[\n  {\n    \"messages\": [{\"role\": \"user\", \"content\": \"a\"}]\n  },\n  " + msg + "\n]\n",
+		"\xef\xbb\xbf[\n  {\"from\": \"human\", \"value\": \"q\"},\n  {\"from\": \"gpt\", \"value\": \"a\"}\n]\n",
+		"[" + msg + ", " + msg + "]\n \r\n",
+		"{\n  \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]\n}\n",
+		"[{\"role\": \"user\", \"content\": \"a\"}]\n\n[{\"role\": \"user\", \"content\": \"b\"}]",
+		"[{\"role\": \"user\", \"content\": \"a\"}]",
+		msg + "\n{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
+		`[{"text": "a"}]`,
+		`[{"instruction": "a", "input": "", "output": "b"}, {"instruction": "c"}]`,
+		`[{"messages": ["hi"]}]`,
+		"[" + msg + ",\n{\"messages\": [",
+		msg + "\n{\"messages\": [}\n",
+		// a first line that is a whole array of records, then more lines:
+		// an array of records (cut short after its first line)
+		"[" + msg + "]\n[" + msg + "]\n",
+		// two pretty-printed objects: not one JSON value, and not JSON Lines
+		"{\n\"messages\": []\n}\n{\n\"messages\": []\n}\n",
+		msg,
+		msg + "\n",
+		"[]\n[" + msg + "]",
+		"[]",
+		"  \n\n",
+		"",
+		"[1]\n[2]",
+		"12345\n",
+		`{"messages": [{"role": "user", "content": "a"}]`,
+	}
+	for i, in := range ins {
+		firstChatEvery(t, []byte(in))
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write([]byte(in))
+		zw.Close()
+		zs := zstdCompress(t, []byte(in))
+		if in != "" {
+			for _, z := range [][]byte{gz.Bytes(), zs} {
+				c, err := firstChat("in", bytes.NewReader(z), 1<<20)
+				if got, want := firstOutcome(t, c, err), wholeFirst(t, []byte(in)); got != want {
+					t.Errorf("input %d compressed:\n got %s\nwant %s", i, got, want)
+				}
+			}
+		}
+	}
+}
+
+func zstdCompress(t *testing.T, b []byte) []byte {
+	t.Helper()
+	zw, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zw.Close()
+	return zw.EncodeAll(b, nil)
+}
+
+// countingReader counts the bytes read from r.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestFirstChatReadsAPrefix: FirstChat reads record 0 of an 8 MiB JSON
+// Lines file, or of a one-line JSON array of records, from its first
+// chunk, and never reaches the bad record at the end; a first record
+// longer than the chunk is read in growing prefixes.
+func TestFirstChatReadsAPrefix(t *testing.T) {
+	rec := `{"messages": [{"role": "user", "content": "` + strings.Repeat("x", 1000) + `"}]}`
+	var jsonl, arr bytes.Buffer
+	arr.WriteString("[")
+	for jsonl.Len() < 8<<20 {
+		jsonl.WriteString(rec + "\n")
+		arr.WriteString(rec + ",")
+	}
+	jsonl.WriteString("{\"messages\": [}\n")
+	arr.WriteString("{\"messages\": [}]")
+	for _, in := range [][]byte{jsonl.Bytes(), arr.Bytes()} {
+		cr := &countingReader{r: bytes.NewReader(in)}
+		c, err := firstChat("in", cr, 1<<30)
+		if err != nil || asJSON(t, c) != `[{"role":"user","content":"`+strings.Repeat("x", 1000)+`"}]` {
+			t.Fatalf("record 0: %s", firstOutcome(t, c, err))
+		}
+		if cr.n > int64(firstChatChunk)+64<<10 {
+			t.Errorf("read %d bytes of %d for record 0 (first chunk %d)", cr.n, len(in), firstChatChunk)
+		}
+	}
+	long := `{"messages": [{"role": "user", "content": "` + strings.Repeat("y", 300<<10) + `"}]}` + "\n" + rec + "\n"
+	c, err := firstChat("in", strings.NewReader(long), 1<<30)
+	if err != nil || len(asJSON(t, c)) < 300<<10 {
+		t.Fatalf("a long record 0: %v", err)
+	}
+}
+
+// FuzzFirstChat: FirstChat reads record 0 of any input, from prefixes of
+// any length, as the input read whole does (and as ParseChat does).
+func FuzzFirstChat(f *testing.F) {
+	f.Add([]byte(`[{"messages": [{"role": "user", "content": "hi"}]}, {"text": 1}]`), uint16(1))
+	f.Add([]byte("[\n {\"role\": \"user\", \"content\": \"hi\"},\n {\"role\": \"assistant\", \"content\": \"yo\"}\n]"), uint16(3))
+	f.Add([]byte("[{\"role\": \"user\"}]\n[{\"role\": \"assistant\", \"content\": \"x\"}]"), uint16(2))
+	f.Add([]byte("{\"messages\": []}\n{\"messages\": [}"), uint16(7))
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
+		if len(data) > 1<<16 {
+			return
+		}
+		firstChatEvery(t, data, 1+int(chunk)%(len(data)+1))
+	})
 }

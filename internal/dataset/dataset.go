@@ -181,31 +181,41 @@ func (res *Results[R]) badRecords(opt Options) func(*RecordError) error {
 }
 
 func decompress(raw []byte, limit int64) ([]byte, error) {
-	switch {
-	case len(raw) >= 2 && raw[0] == 0x1f && raw[1] == 0x8b:
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		defer zr.Close()
-		out, err := readAll(zr, int64(len(raw))*4, limit)
-		if err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		return out, nil
-	case len(raw) >= 4 && raw[0] == 0x28 && raw[1] == 0xb5 && raw[2] == 0x2f && raw[3] == 0xfd:
-		zr, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderMaxMemory(uint64(min(limit, 1<<40))), zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-		defer zr.Close()
-		out, err := readAll(zr, int64(len(raw))*4, limit)
-		if err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-		return out, nil
+	zr, kind, closeZ, err := decompressor(bytes.NewReader(raw), raw, limit)
+	if err != nil {
+		return nil, err
 	}
-	return raw, nil
+	if kind == "" {
+		return raw, nil
+	}
+	defer closeZ()
+	out, err := readAll(zr, int64(len(raw))*4, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kind, err)
+	}
+	return out, nil
+}
+
+// decompressor returns a reader of r's contents decompressed, chosen by
+// the magic number at the start of head (r's first bytes, still to be
+// read from r): gzip or zstd (kind names it; close releases the decoder),
+// else r itself (kind "").
+func decompressor(r io.Reader, head []byte, limit int64) (zr io.Reader, kind string, close func(), err error) {
+	switch {
+	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
+		gz, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("gzip: %w", err)
+		}
+		return gz, "gzip", func() { gz.Close() }, nil
+	case len(head) >= 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd:
+		zd, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(uint64(min(limit, 1<<40))), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("zstd: %w", err)
+		}
+		return zd, "zstd", zd.Close, nil
+	}
+	return r, "", func() {}, nil
 }
 
 // lineAt returns the 1-based line of byte offset off.

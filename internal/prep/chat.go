@@ -23,26 +23,22 @@ const (
 	FormatChat   = "chat"   // conversations rendered with the model's chat template
 )
 
-// detectFormat resolves FormatAuto: the first input file is read as chat
-// data; a first record that has neither "messages" nor "conversations"
-// makes the input Alpaca.
+// detectFormat resolves FormatAuto: the first record of the first input
+// file is read as chat data (only as much of the file as it takes); a
+// first record that has neither "messages" nor "conversations" makes the
+// input Alpaca.
 func detectFormat(ctx context.Context, files []string) string {
 	if len(files) == 0 {
 		return FormatAlpaca
 	}
-	stop := errors.New("stop")
+	_, err := dataset.FirstChat(ctx, files[0])
 	var first *dataset.RecordError
-	_, err := dataset.ReadChat(ctx, files[0], dataset.Options{OnBad: func(e *dataset.RecordError) error {
-		first = e
-		return stop
-	}})
-	if err == nil {
+	switch {
+	case err == nil:
 		return FormatChat
-	}
-	if first != nil && first.Index == 0 && (first.Field == "messages" || first.Field == "record") {
+	case errors.As(err, &first) && first.Index == 0 && (first.Field == "messages" || first.Field == "record"):
 		return FormatAlpaca
-	}
-	if first != nil {
+	case first != nil:
 		return FormatChat // a chat record with a problem: the chat reader reports it
 	}
 	return FormatAlpaca
