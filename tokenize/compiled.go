@@ -14,6 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ferryml/ferry/tokenize/internal/le"
 )
@@ -105,6 +108,34 @@ func cacheDir() string {
 // compiledName is the cache file name for a source of SHA-256 key.
 func compiledName(key [32]byte) string {
 	return fmt.Sprintf("%s.v%d.ferrytok", hex.EncodeToString(key[:]), compiledVersion)
+}
+
+// staleTemp is the age past which a temporary file of writeCompiled is a
+// crashed writer's, not one still being written.
+const staleTemp = time.Hour
+
+// removeStale removes what an entry of key made before the one just
+// written to dir leaves there: its files of older versions, which no build
+// of this version reads again (a newer version's file is a newer build's,
+// and stays), and temporary files of crashed writers. Errors are ignored:
+// the cache is an optimisation.
+func removeStale(dir string, key [32]byte) {
+	prefix := hex.EncodeToString(key[:]) + ".v"
+	names, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	for _, name := range names {
+		base := filepath.Base(name)
+		v, rest, _ := strings.Cut(base[len(prefix):], ".")
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 0:
+		case rest == "ferrytok" && n < compiledVersion:
+			os.Remove(name)
+		case strings.HasPrefix(rest, "ferrytok.tmp-"):
+			if st, err := os.Lstat(name); err == nil && time.Since(st.ModTime()) > staleTemp {
+				os.Remove(name)
+			}
+		}
+	}
 }
 
 // modelTables is what parseModel builds from the model's vocab and merges

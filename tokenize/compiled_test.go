@@ -2,8 +2,11 @@ package tokenize
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMain points the compiled cache at a temporary directory: tests never
@@ -415,4 +419,51 @@ func FuzzCompiled(f *testing.F) {
 		_, _ = tok.TokenID("the")
 		_ = tok.Decode([]int32{-1, 0, 1 << 30}, false)
 	})
+}
+
+// TestCompiledRemovesStale: writing an entry removes the same source's
+// files of older versions and crashed writers' old temporary files, and
+// leaves a newer version's file, a fresh temporary file and other sources'
+// files.
+func TestCompiledRemovesStale(t *testing.T) {
+	src := writeTiny(t)
+	raw, err := os.ReadFile(filepath.Join(src, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexKey := hex.EncodeToString(func() []byte { k := sourceKey(raw); return k[:] }())
+	other := strings.Repeat("ab", 32)
+	dir := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", dir)
+	name := func(key string, v int) string { return fmt.Sprintf("%s.v%d.ferrytok", key, v) }
+	old := time.Now().Add(-2 * staleTemp)
+	gone := []string{name(hexKey, 1), name(hexKey, compiledVersion-1), name(hexKey, 2) + ".tmp-123"}
+	kept := []string{name(hexKey, compiledVersion+1), name(hexKey, compiledVersion) + ".tmp-456", name(other, 1), name(other, 1) + ".tmp-789", hexKey + ".vx.ferrytok"}
+	for _, f := range append(append([]string{}, gone...), kept...) {
+		p := filepath.Join(dir, f)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if f != name(hexKey, compiledVersion)+".tmp-456" {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := Load(src); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range gone {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want it removed", f, err)
+		}
+	}
+	for _, f := range append(kept, name(hexKey, compiledVersion)) {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v, want it kept", f, err)
+		}
+	}
+	if tok, err := Load(src); err != nil || !tok.compiled {
+		t.Fatalf("second Load: %v, compiled %v", err, tok != nil && tok.compiled)
+	}
 }

@@ -108,8 +108,8 @@ func loadFile(path string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if mt != nil {
-		_ = writeCompiled(cpath, appendCompiled(nil, key, t.sha, rest, mt))
+	if mt != nil && writeCompiled(cpath, appendCompiled(nil, key, t.sha, rest, mt)) == nil {
+		removeStale(dir, key)
 	}
 	return t, nil
 }
