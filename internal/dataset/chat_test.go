@@ -204,6 +204,11 @@ func TestReadChatParquet(t *testing.T) {
 			t.Errorf("row %d:\n got %s\nwant %s", i, got, w)
 		}
 	}
+	// FirstChat reads a Parquet file whole, from any first chunk.
+	firstChatEvery(t, buf.Bytes(), 1, 4, 100, 64<<10)
+	if c, err := firstChat("chats.parquet", bytes.NewReader(buf.Bytes()), 1<<20); err != nil || asJSON(t, c) != want[0] {
+		t.Errorf("FirstChat of the Parquet file: %s", firstOutcome(t, c, err))
+	}
 }
 
 func FuzzParseChat(f *testing.F) {
@@ -472,6 +477,21 @@ func TestFirstChatReadsAPrefix(t *testing.T) {
 		if cr.n > int64(firstChatChunk)+64<<10 {
 			t.Errorf("read %d bytes of %d for record 0 (first chunk %d)", cr.n, len(in), firstChatChunk)
 		}
+	}
+	// FirstChat opens a path (or an s3:// URL) through storage.
+	path := filepath.Join(t.TempDir(), "c.jsonl.gz")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(jsonl.Bytes())
+	zw.Close()
+	if err := os.WriteFile(path, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := FirstChat(context.Background(), path); err != nil || len(c.Messages.Items) != 1 {
+		t.Fatalf("FirstChat(%s): %s", path, firstOutcome(t, c, err))
+	}
+	if _, err := FirstChat(context.Background(), path+".missing"); err == nil {
+		t.Fatal("FirstChat of a missing file: no error")
 	}
 	long := `{"messages": [{"role": "user", "content": "` + strings.Repeat("y", 300<<10) + `"}]}` + "\n" + rec + "\n"
 	c, err := firstChat("in", strings.NewReader(long), 1<<30)
