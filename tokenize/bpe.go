@@ -124,6 +124,9 @@ func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch
 	if n <= 1 {
 		return append(dst, ids...)
 	}
+	if n <= tinyWord {
+		return m.mergeTiny(dst, ids, word)
+	}
 	ranks := sc.ranks[:0]
 	merged := sc.nexts[:0]
 	if word != "" {
@@ -166,6 +169,71 @@ func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch
 		sc.ranks, sc.nexts = ranks, merged
 	}
 	return append(dst, ids[:n]...)
+}
+
+// tinyWord is the most ids mergeTiny merges.
+const tinyWord = 16
+
+// mergeTiny is mergeSmall for 2 to tinyWord ids, with no loop whose length
+// depends on the word's (whose exits a cold pass's new words mispredict):
+// the ids stay where they are, linked by next (a merge unlinks the right
+// one), and the lowest rank is found over every pair slot (noRank for none,
+// or one whose left id was merged away). A slot's index is its id's place
+// in the word, so the lowest index is the leftmost pair, as in mergeSmall.
+func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string) []int32 {
+	n := len(ids)
+	var id, merged [tinyWord]int32
+	var next, prev [tinyWord]uint8
+	var ranks [tinyWord]uint32
+	copy(id[:], ids[:n:n])
+	for i := range ranks {
+		ranks[i] = noRank
+		next[i], prev[i] = uint8(i+1), uint8(i-1) // prev[0] wraps: none
+	}
+	if word != "" {
+		bp := m.bytePairs[:1<<16]
+		for i := 0; i+1 < n; i++ {
+			v := bp[uint16(word[i])<<8|uint16(word[i+1])]
+			ranks[i], merged[i] = uint32(v>>32), int32(uint32(v))
+		}
+	} else {
+		for i := 0; i+1 < n; i++ {
+			ranks[i], merged[i] = m.merge(id[i], id[i+1])
+		}
+	}
+	for {
+		best := lowestTiny(&ranks)
+		if uint32(best>>32) == noRank {
+			break
+		}
+		i := uint8(best) % tinyWord
+		j := next[i] % tinyWord // merged into i
+		id[i] = merged[i]
+		ranks[j] = noRank
+		nj := next[j]
+		next[i] = nj
+		ranks[i] = noRank
+		if int(nj) < n {
+			prev[nj%tinyWord] = i
+			ranks[i], merged[i] = m.merge(id[i], id[nj%tinyWord])
+		}
+		if p := prev[i]; p < tinyWord {
+			ranks[p], merged[p] = m.merge(id[p], id[i])
+		}
+	}
+	for i := uint8(0); int(i) < n; i = next[i%tinyWord] {
+		dst = append(dst, id[i%tinyWord])
+	}
+	return dst
+}
+
+// lowestTiny is lowest over every slot of ranks, as a tree of 15 mins
+// (conditional moves) with no loop.
+func lowestTiny(ranks *[tinyWord]uint32) uint64 {
+	k := func(i int) uint64 { return uint64(ranks[i])<<32 | uint64(i) }
+	a0, a1, a2, a3 := min(k(0), k(1)), min(k(2), k(3)), min(k(4), k(5)), min(k(6), k(7))
+	a4, a5, a6, a7 := min(k(8), k(9)), min(k(10), k(11)), min(k(12), k(13)), min(k(14), k(15))
+	return min(min(min(a0, a1), min(a2, a3)), min(min(a4, a5), min(a6, a7)))
 }
 
 // lowest returns the least rank<<32|i of ranks: the lowest rank, the

@@ -166,6 +166,40 @@ func TestBPEMergeLoops(t *testing.T) {
 	}
 }
 
+// FuzzBPEMergeLoops: the merge loops (mergeTiny up to 16 ids, mergeSmall's
+// own loop, the heap) agree on any word, of a byte-level family and of a
+// character-level one, from the ids or from the byte-pair table.
+func FuzzBPEMergeLoops(f *testing.F) {
+	for _, s := range []string{" unbelievable", "aaaaaaaaaaaaaaaaaaaaa", " 東京タワー", "e\u0301e\u0301", "\xff\xfe abc"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, w string) {
+		if len(w) > heapThreshold+16 {
+			w = w[:heapThreshold+16]
+		}
+		for _, m := range []string{"qwen2.5", "llama2"} {
+			bm := loadModel(t, m).model
+			bm.ignoreMerges = false
+			var sc scratch
+			ids := bm.initial(&sc, w)
+			if len(ids) < 2 {
+				continue // the heap loop takes long words only
+			}
+			heap := bm.mergeHeap(nil, slices.Clone(ids), &sc)
+			ids = bm.initial(&sc, w)
+			if small := bm.mergeSmall(nil, slices.Clone(ids), "", &sc); !slices.Equal(small, heap) {
+				t.Fatalf("%s %q: small %v, heap %v", m, w, small, heap)
+			}
+			if bm.bytePairs != nil {
+				ids = bm.initial(&sc, w)
+				if pairs := bm.mergeSmall(nil, slices.Clone(ids), w, &sc); !slices.Equal(pairs, heap) {
+					t.Fatalf("%s %q: small with byte pairs %v, heap %v", m, w, pairs, heap)
+				}
+			}
+		}
+	})
+}
+
 // TestDivesAkuru pins what HF tokenizers 0.23.2 does with U+11935 U+11930
 // and U+11938 under NFC (probed with the Node binding): it leaves both as
 // they are, where golang.org/x/text composes the pair.
