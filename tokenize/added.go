@@ -30,7 +30,14 @@ type trie struct {
 	edgeNode []int32
 	term     []int32       // node -> index into toks, -1 when no token ends here
 	toks     []*addedToken // the tokens
-	lead     string        // the bytes all tokens start with: candidates are skipped to with Index
+	// A node with one edge leads down a chain of such nodes to chainEnd
+	// (-1 for any other node): the first node with no edge, several, or a
+	// token ending there. The chain's bytes are paths[via[end]][depth[node]:
+	// depth[end]], compared at once: most of a token's bytes are on such a
+	// chain (the "ndoftext|>" of Qwen2.5's "<|endoftext|>", past "<|e").
+	chainEnd, depth, via []int32
+	paths                []string // the contents the nodes were made from
+	lead                 string   // the bytes all tokens start with: candidates are skipped to with Index
 	// With a few tokens, their contents (in toks order), compared directly:
 	// faster than walking the trie when candidates are frequent (Llama-2's
 	// "▁<s>" starts where every word does).
@@ -41,7 +48,7 @@ type trie struct {
 const fewTokens = 4
 
 func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
-	t := &trie{term: []int32{-1}}
+	t := &trie{term: []int32{-1}, depth: []int32{0}, via: []int32{0}}
 	next := map[uint64]int32{} // node<<8|byte -> child node
 	for _, tok := range toks {
 		s := content(tok)
@@ -56,10 +63,13 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 			if !ok {
 				child = int32(len(t.term))
 				t.term = append(t.term, -1)
+				t.depth = append(t.depth, int32(i+1))
+				t.via = append(t.via, int32(len(t.paths)))
 				next[k] = child
 			}
 			node = child
 		}
+		t.paths = append(t.paths, s)
 		if t.term[node] < 0 { // the first of equal contents wins
 			t.term[node] = int32(len(t.toks))
 			t.toks = append(t.toks, tok)
@@ -90,6 +100,20 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 	for n := range len(t.term) {
 		t.edgeEnd[n+1] += t.edgeEnd[n]
 	}
+	// Children are made after their parents: each chain is known before
+	// its parent's.
+	t.chainEnd = make([]int32, len(t.term))
+	for n := len(t.term) - 1; n >= 0; n-- {
+		t.chainEnd[n] = -1
+		if t.edgeEnd[n+1]-t.edgeEnd[n] != 1 {
+			continue
+		}
+		c := t.edgeNode[t.edgeEnd[n]]
+		if t.term[c] < 0 && t.chainEnd[c] >= 0 {
+			c = t.chainEnd[c]
+		}
+		t.chainEnd[n] = c
+	}
 	return t
 }
 
@@ -110,21 +134,28 @@ func (t *trie) longest(s string) (*addedToken, int) {
 	node := int32(0)
 	var best *addedToken
 	bestLen := 0
-	for i := 0; i < len(s); i++ {
-		// The node's edges: most nodes have one.
-		c, next := s[i], int32(-1)
-		for j := t.edgeEnd[node]; j < t.edgeEnd[node+1]; j++ {
-			if t.edgeByte[j] == c {
-				next = t.edgeNode[j]
+	for i := 0; i < len(s); {
+		if end := t.chainEnd[node]; end >= 0 {
+			chain := t.paths[t.via[end]][t.depth[node]:t.depth[end]]
+			if !strings.HasPrefix(s[i:], chain) {
+				break // no token ends inside a chain
+			}
+			node, i = end, i+len(chain)
+		} else {
+			c, next := s[i], int32(-1)
+			for j := t.edgeEnd[node]; j < t.edgeEnd[node+1]; j++ {
+				if t.edgeByte[j] == c {
+					next = t.edgeNode[j]
+					break
+				}
+			}
+			if next < 0 {
 				break
 			}
+			node, i = next, i+1
 		}
-		if next < 0 {
-			break
-		}
-		node = next
 		if k := t.term[node]; k >= 0 {
-			best, bestLen = t.toks[k], i+1
+			best, bestLen = t.toks[k], i
 		}
 	}
 	return best, bestLen
