@@ -163,9 +163,19 @@ func (t *trie) longest(s string) (*addedToken, int) {
 
 // nextCandidate returns the first index >= i where a token may start, or len(s).
 func (t *trie) nextCandidate(s string, i int) int {
-	if t.lead != "" { // one byte: IndexByte; Llama-2's normalized tokens share "▁<"
-		if j := strings.Index(s[i:], t.lead); j >= 0 {
-			return i + j
+	if t.lead != "" {
+		// Llama-2's normalized tokens share "▁<": its last byte is rare
+		// in text, where "▁" starts every word, so IndexByte skips to it.
+		k := len(t.lead) - 1
+		for j := i + k; j < len(s); j++ {
+			o := strings.IndexByte(s[j:], t.lead[k])
+			if o < 0 {
+				break
+			}
+			j += o
+			if strings.HasPrefix(s[j-k:], t.lead) {
+				return j - k
+			}
 		}
 		return len(s)
 	}

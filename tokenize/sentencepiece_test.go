@@ -3,6 +3,7 @@ package tokenize
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -110,6 +111,22 @@ func TestMetaspace(t *testing.T) {
 					t.Errorf("%s split=%v %q: %v, want %v", scheme, split, in, got, w[i])
 				}
 			}
+		}
+	}
+}
+
+// TestIndexSym: indexSym is strings.Index(s, sym), also where s holds
+// other characters that start with sym's first byte.
+func TestIndexSym(t *testing.T) {
+	parts := []string{sym, "a", "—", "’", "\xe2", "\xe2\x96", "▂", " ", "東"}
+	for n := 0; n < 5000; n++ {
+		var b strings.Builder
+		for k := n; k > 0; k /= len(parts) {
+			b.WriteString(parts[k%len(parts)])
+		}
+		s := b.String()
+		if got, want := indexSym(s), strings.Index(s, sym); got != want {
+			t.Fatalf("indexSym(%q) = %d, want %d", s, got, want)
 		}
 	}
 }
