@@ -413,6 +413,11 @@ func TestFirstChat(t *testing.T) {
 		"[1]\n[2]",
 		"12345\n",
 		`{"messages": [{"role": "user", "content": "a"}]`,
+		// what FuzzFirstChat found: a conversation, a JSON Lines number and
+		// an array's number that a prefix ends where the input goes on
+		`[{"role": "0"}] 0000000000000000`,
+		" 0\v0",
+		"[1.A",
 	}
 	for i, in := range ins {
 		firstChatEvery(t, []byte(in))
