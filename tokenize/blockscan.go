@@ -96,19 +96,32 @@ func (b *blockScanner) nextSlow(pos int) int {
 	}
 	// The bits above pos in its block, then the following blocks.
 	m := (b.starts | b.unknown) &^ (2<<(pos&63) - 1)
-	for m == 0 {
-		base += 64
-		if base >= len(b.s) {
-			return len(b.s)
-		}
-		b.load(base)
-		m = b.starts | b.unknown
+	if m == 0 {
+		return b.past(pos)
 	}
 	i := bits.TrailingZeros64(m)
 	if b.unknown>>i&1 != 0 {
 		return pos + scanPreToken(b.kind, b.s[pos:])
 	}
 	return b.base + i
+}
+
+// past returns the end of the pre-token that starts at s[pos] when it runs
+// past the block loaded (pos in it, or before it with no start or unknown
+// between): the first start of the blocks after, which it loads, or the
+// end of s; scanPreToken's where an unknown comes first.
+func (b *blockScanner) past(pos int) int {
+	for base := b.base + 64; base < len(b.s); base += 64 {
+		b.load(base)
+		if m := b.starts | b.unknown; m != 0 {
+			i := bits.TrailingZeros64(m)
+			if b.unknown>>i&1 != 0 {
+				return pos + scanPreToken(b.kind, b.s[pos:])
+			}
+			return base + i
+		}
+	}
+	return len(b.s)
 }
 
 // scanPreToken returns the length of the pre-token at the start of s, which

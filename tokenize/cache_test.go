@@ -125,6 +125,23 @@ func TestMergeTable(t *testing.T) {
 // bytes is in it exactly when appendBPE gives the id the vocabulary maps it
 // to, alone, and then with that id; the key with a byte more or less is
 // not found unless it is a word too.
+// probeDistance is the number of slots past its first where the short key
+// a, b of n bytes is in w (-1: not in it), from w's slots alone.
+func probeDistance(w *wordTable, a, b uint64, n int) int {
+	size := uint64(len(w.slots) / 3)
+	h := wordIndex(a, b, n) >> w.shift
+	for d := uint64(0); d < size; d++ {
+		s := w.slots[3*((h+d)%size):]
+		if s[2] == 0 {
+			return -1
+		}
+		if s[0] == a && s[1] == b && uint32(s[2]) == uint32(n+1) {
+			return int(d)
+		}
+	}
+	return -1
+}
+
 func TestWordTable(t *testing.T) {
 	for _, fam := range families {
 		t.Run(fam, func(t *testing.T) {
@@ -136,7 +153,7 @@ func TestWordTable(t *testing.T) {
 				return
 			}
 			var sc scratch
-			words, checked := 0, 0
+			words, checked, nears := 0, 0, 0
 			for id := 0; id+1 < len(m.vocab.ends); id++ {
 				k := m.vocab.key(uint32(id))
 				if len(k) == 0 || len(k) > 16 {
@@ -145,6 +162,16 @@ func TestWordTable(t *testing.T) {
 				checked++
 				a, b := keyOf(k)
 				got, ok := m.words.find(a, b, len(k))
+				// home and near find a key at probe 0 and 1, and only there.
+				d := probeDistance(&m.words, a, b, len(k))
+				hid, hok := m.words.home(a, b, len(k))
+				nid, nok := m.words.near(a, b, len(k))
+				if hok != (ok && d == 0) || nok != (ok && d == 1) || hok && hid != got || nok && nid != got {
+					t.Fatalf("id %d %q at probe %d: home %v (%d), near %v (%d), find %v (%d)", id, k, d, hok, hid, nok, nid, ok, got)
+				}
+				if nok {
+					nears++
+				}
 				vid, inVocab := m.vocab.get(k)
 				bpe := m.appendBPE(nil, k, &sc)
 				want := inVocab && len(bpe) == 1 && bpe[0] == vid
@@ -166,10 +193,10 @@ func TestWordTable(t *testing.T) {
 					}
 				}
 			}
-			if words != m.words.n || words < checked/2 {
-				t.Fatalf("%d words of %d keys checked, the table holds %d", words, checked, m.words.n)
+			if words != m.words.n || words < checked/2 || nears == 0 {
+				t.Fatalf("%d words of %d keys checked (%d at their second probe), the table holds %d", words, checked, nears, m.words.n)
 			}
-			t.Logf("%d of %d keys of 1 to 16 bytes, %d slots", words, checked, len(m.words.slots)/3)
+			t.Logf("%d of %d keys of 1 to 16 bytes (%d at their second probe), %d slots", words, checked, nears, len(m.words.slots)/3)
 		})
 	}
 }

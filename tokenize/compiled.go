@@ -515,6 +515,7 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 		r.fail("wordSlots: %d slots, want a power of two, at least %d", n, minWordSlots)
 	} else {
 		mt.words.shift = uint(64 - bits.TrailingZeros(uint(n)))
+		mt.words.mask = uint64(n - 1)
 		filled, maxID, badLen := checkWordSlots(mt.words.slots)
 		if badLen || filled >= n || (filled > 0 && int(maxID) >= nIDs) || (filled > 0 && mt.charLevel) {
 			r.fail("wordSlots: %d of %d slots filled; lengths and ids valid: %v", filled, n, !badLen && (filled == 0 || int(maxID) < nIDs))

@@ -343,12 +343,14 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // appendBlocks appends the ids of text split by the block scanner for k
 // (blockScanKind). Its inner loop takes the pre-tokens of one block whose
 // ends the block's masks give, while they are single bytes or in the first
-// slot of their word-table probe: it keeps its state in registers, calls
-// nothing and writes ids into dst's spare capacity. Any other short
-// pre-token goes to appendShort (the whole probe, the cache's slots, BPE);
-// anything else
-// (an unknown start, a pre-token that runs past the block, one near the end
-// of the text, no spare capacity) to one step of the general path.
+// two slots of their word-table probe: it keeps its state in registers,
+// calls nothing and writes ids into dst's spare capacity. Any other short
+// pre-token goes to appendShort (the whole probe, the cache's slots, BPE).
+// The pre-tokens it is not given (near the end of the text, where a key's
+// 16 bytes are not all there, or with no spare capacity) and the one that
+// runs past the block go to appendSpan, with their ends from the masks;
+// anything else (an unknown end, a pre-token of more than 16 bytes) to one
+// step of the general path, blockStep.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
 	byteID := &t.model.byteID
@@ -364,6 +366,7 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 		above := ^uint64(0) << (pos & 63) << 1
 		u := bs.unknown & above
 		m := bs.starts & above & (u&-u - 1)
+		known := m
 		// Each pre-token's start (pos, then m's bits but the last) must
 		// be 16 bytes from the end at least: its key's words are read.
 		if lim := len(text) - 16 - base; lim < 63 {
@@ -397,18 +400,38 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
 				var ok bool
 				if id, ok = words.home(a, b, n); !ok {
+					if id, ok = words.near(a, b, n); ok {
+						goto take
+					}
 					dst = dst[:len(dst)+j]
 					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
 					pos += n
 					goto next
 				}
 			}
+		take:
 			out[j&63] = id
 			j++
 			pos += n
 			m &= m - 1
 		}
 		dst = dst[:len(dst)+j]
+		if m == 0 {
+			// The pre-tokens the loop was not given (near the end of the
+			// text, or no room in dst) end at the known starts after pos.
+			for m = known &^ (2<<(pos&63) - 1); m != 0; m &= m - 1 {
+				e := base + bits.TrailingZeros64(m)
+				dst = t.appendSpan(dst, text, pos, e, sc)
+				pos = e
+			}
+			if u == 0 {
+				// No start after pos in the block: its pre-token runs past.
+				e := bs.past(pos)
+				dst = t.appendSpan(dst, text, pos, e, sc)
+				pos = e
+				continue
+			}
+		}
 		if pos < len(text) {
 			dst, pos = t.blockStep(dst, text, pos, &bs, sc)
 		}
@@ -421,18 +444,26 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 // appendBlocks' inner loop did not take, and returns its end.
 func (t *Tokenizer) blockStep(dst []int32, text string, pos int, bs *blockScanner, sc *state) ([]int32, int) {
 	e := bs.next(pos)
+	return t.appendSpan(dst, text, pos, e, sc), e
+}
+
+// appendSpan appends the ids of the pre-token text[pos:e].
+func (t *Tokenizer) appendSpan(dst []int32, text string, pos, e int, sc *state) []int32 {
 	n := e - pos
 	p := text[pos:e]
 	if n == 1 {
 		if id := t.model.byteID[p[0]]; id >= 0 {
-			return append(dst, id), e
+			return append(dst, id)
 		}
 	}
 	if n > 16 || len(text) < 16 {
-		return t.appendPiece(dst, p, sc), e
+		return t.appendPiece(dst, p, sc)
 	}
 	a, b := keyAt(text, pos, n)
-	return t.appendShort(dst, p, a, b, sc), e
+	if id, ok := t.model.words.home(a, b, n); ok {
+		return append(dst, id)
+	}
+	return t.appendShort(dst, p, a, b, sc)
 }
 
 // keyAt is shortKey of text[pos:pos+n] (n <= 16 <= len(text)), also near

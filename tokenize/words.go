@@ -20,8 +20,9 @@ type wordTable struct {
 	// []uint64, so that the compiled cache can hold it as it is. At least
 	// 16 slots, at least one empty, a power of two.
 	slots []uint64
-	shift uint // 64 - log2(number of slots)
-	n     int  // filled slots
+	shift uint   // 64 - log2(number of slots)
+	mask  uint64 // number of slots - 1
+	n     int    // filled slots
 }
 
 const minWordSlots = 16
@@ -56,10 +57,18 @@ func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
 	return int32(s[2] >> 32), s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) == 0
 }
 
+// near returns the id of the short key a, b of n bytes when it is in the
+// slot after its first, find's second probe (most displaced keys are there).
+func (w *wordTable) near(a, b uint64, n int) (int32, bool) {
+	i := (wordIndex(a, b, n)>>(w.shift&63) + 1) & w.mask * 3
+	s := w.slots[i : i+3 : i+3]
+	return int32(s[2] >> 32), s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) == 0
+}
+
 // newWordTable returns an empty table of room slots at least.
 func newWordTable(room int) wordTable {
 	size := 1 << max(4, bits.Len(uint(room-1)))
-	return wordTable{slots: make([]uint64, 3*size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
+	return wordTable{slots: make([]uint64, 3*size), shift: uint(64 - bits.TrailingZeros(uint(size))), mask: uint64(size - 1)}
 }
 
 func (w *wordTable) insert(k string, id int32) {
