@@ -3,6 +3,8 @@ package tokenize
 import (
 	"math/bits"
 	"slices"
+
+	"github.com/ferryml/ferry/tokenize/internal/bytestr"
 )
 
 // wordTable is a byte-level model's read-only table of short words: every
@@ -52,16 +54,16 @@ func (w *wordTable) find(a, b uint64, n int) (int32, bool) {
 // first slot, find's first probe: the encode loops take it inline and leave
 // the rest to appendShort.
 func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
-	i := wordIndex(a, b, n) >> (w.shift & 63) * 3
-	s := w.slots[i : i+3 : i+3]
+	// i < len(w.slots)/3: shift and mask are of the table's size (see
+	// newWordTable and readCompiled)
+	s := bytestr.Triple(w.slots, wordIndex(a, b, n)>>(w.shift&63)*3)
 	return int32(s[2] >> 32), s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) == 0
 }
 
 // near returns the id of the short key a, b of n bytes when it is in the
 // slot after its first, find's second probe (most displaced keys are there).
 func (w *wordTable) near(a, b uint64, n int) (int32, bool) {
-	i := (wordIndex(a, b, n)>>(w.shift&63) + 1) & w.mask * 3
-	s := w.slots[i : i+3 : i+3]
+	s := bytestr.Triple(w.slots, (wordIndex(a, b, n)>>(w.shift&63)+1)&w.mask*3)
 	return int32(s[2] >> 32), s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) == 0
 }
 

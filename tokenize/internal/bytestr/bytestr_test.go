@@ -18,3 +18,17 @@ func TestLoad64(t *testing.T) {
 		}
 	}
 }
+
+func TestTriple(t *testing.T) {
+	s := []uint64{1, 2, 3, 4, 5, 6, 7}
+	for i := range uint64(5) {
+		if got := *Triple(s, i); got != [3]uint64{i + 1, i + 2, i + 3} {
+			t.Errorf("Triple(s, %d) = %v", i, got)
+		}
+	}
+	p := Triple(s, 3)
+	p[1] = 9
+	if s[4] != 9 {
+		t.Errorf("Triple(s, 3)[1] = 9 wrote %v", s)
+	}
+}

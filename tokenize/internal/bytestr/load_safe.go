@@ -9,3 +9,8 @@ func Load64(s string, i int) uint64 {
 	return uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
 		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
 }
+
+// Triple returns s[i:i+3] as an array (i+3 <= len(s), checked here).
+func Triple(s []uint64, i uint64) *[3]uint64 {
+	return (*[3]uint64)(s[i : i+3])
+}

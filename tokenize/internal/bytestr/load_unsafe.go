@@ -11,3 +11,9 @@ func Load64(s string, i int) uint64 {
 	return uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
 		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
 }
+
+// Triple returns s[i:i+3] as an array, without bounds checks: the caller
+// makes sure that i+3 <= len(s).
+func Triple(s []uint64, i uint64) *[3]uint64 {
+	return (*[3]uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), i*8))
+}
