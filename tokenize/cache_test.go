@@ -121,10 +121,6 @@ func TestMergeTable(t *testing.T) {
 	}
 }
 
-// TestWordTable holds every family's word table to BPE: a key of 1 to 16
-// bytes is in it exactly when appendBPE gives the id the vocabulary maps it
-// to, alone, and then with that id; the key with a byte more or less is
-// not found unless it is a word too.
 // probeDistance is the number of slots past its first where the short key
 // a, b of n bytes is in w (-1: not in it), from w's slots alone.
 func probeDistance(w *wordTable, a, b uint64, n int) int {
@@ -142,6 +138,11 @@ func probeDistance(w *wordTable, a, b uint64, n int) int {
 	return -1
 }
 
+// TestWordTable holds every family's word table to BPE: a key of 1 to 16
+// bytes is in it exactly when appendBPE gives the id the vocabulary maps it
+// to, alone, and then with that id; the key with a byte more or less is
+// not found unless it is a word too.
+// home and near find a key exactly at its first and second probe.
 func TestWordTable(t *testing.T) {
 	for _, fam := range families {
 		t.Run(fam, func(t *testing.T) {

@@ -38,8 +38,7 @@ func wordIndex(a, b uint64, n int) uint64 {
 
 // find returns the id of the short key a, b of n bytes.
 func (w *wordTable) find(a, b uint64, n int) (int32, bool) {
-	mask := uint64(len(w.slots)/3 - 1)
-	for i := wordIndex(a, b, n) >> (w.shift & 63); ; i = (i + 1) & mask {
+	for i := wordIndex(a, b, n) >> (w.shift & 63); ; i = (i + 1) & w.mask {
 		s := w.slots[3*i : 3*i+3 : 3*i+3]
 		if s[0] == a && s[1] == b && uint32(s[2]) == uint32(n)+1 {
 			return int32(s[2] >> 32), true
@@ -51,11 +50,11 @@ func (w *wordTable) find(a, b uint64, n int) (int32, bool) {
 }
 
 // home returns the id of the short key a, b of n bytes when it is in its
-// first slot, find's first probe: the encode loops take it inline and leave
-// the rest to appendShort.
+// first slot, find's first probe: the encode loops take it (and near)
+// inline and leave the rest to appendShort. Its slot and near's are read
+// without bounds checks: shift and mask are of the table's size
+// (newWordTable, readCompiledBody).
 func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
-	// i < len(w.slots)/3: shift and mask are of the table's size (see
-	// newWordTable and readCompiled)
 	s := bytestr.Triple(w.slots, wordIndex(a, b, n)>>(w.shift&63)*3)
 	return int32(s[2] >> 32), s[0]^a|s[1]^b|uint64(uint32(s[2])^uint32(n+1)) == 0
 }
@@ -75,10 +74,9 @@ func newWordTable(room int) wordTable {
 
 func (w *wordTable) insert(k string, id int32) {
 	a, b := keyOf(k)
-	mask := uint64(len(w.slots)/3 - 1)
 	i := wordIndex(a, b, len(k)) >> w.shift
 	for w.slots[3*i+2] != 0 {
-		i = (i + 1) & mask
+		i = (i + 1) & w.mask
 	}
 	w.slots[3*i], w.slots[3*i+1], w.slots[3*i+2] = a, b, uint64(len(k)+1)|uint64(uint32(id))<<32
 	w.n++
