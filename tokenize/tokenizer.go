@@ -342,10 +342,12 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 
 // appendBlocks appends the ids of text split by the block scanner for k
 // (blockScanKind). Its inner loop takes the pre-tokens of one block whose
-// ends the block's masks give, while they are single bytes or in the first
-// two slots of their word-table probe: it keeps its state in registers,
-// calls nothing and writes ids into dst's spare capacity. Any other short
-// pre-token goes to appendShort (the whole probe, the cache's slots, BPE).
+// ends the block's masks give, while they are in the first two slots of
+// their word-table probe (single bytes too: a byte with an id is a word of
+// the table, and one branch on the length, which text makes unpredictable,
+// is gone): it calls nothing and writes ids into dst's spare capacity. Any
+// other short pre-token goes to appendShort (the whole probe, the cache's
+// slots, BPE).
 // The pre-tokens it is not given (near the end of the text, where a key's
 // 16 bytes are not all there, or with no spare capacity) and the one that
 // runs past the block go to appendSpan, with their ends from the masks;
@@ -353,7 +355,6 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // step of the general path, blockStep.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
-	byteID := &t.model.byteID
 	words := &t.model.words
 	pos := 0
 	for pos < len(text) {
@@ -387,29 +388,20 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 			e := bits.TrailingZeros64(m)
 			n := e - pos&63
 			w0 := bytestr.Load64(text, pos)
-			var id int32
-			if n == 1 {
-				if id = byteID[uint8(w0)]; id < 0 {
-					break
-				}
-			} else {
-				if n > 16 {
-					break
-				}
-				km := &shortMasks[n&31]
-				a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
-				var ok bool
-				if id, ok = words.home(a, b, n); !ok {
-					if id, ok = words.near(a, b, n); ok {
-						goto take
-					}
+			if n > 16 {
+				break
+			}
+			km := &shortMasks[n&31]
+			a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
+			id, ok := words.home(a, b, n)
+			if !ok {
+				if id, ok = words.near(a, b, n); !ok {
 					dst = dst[:len(dst)+j]
 					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
 					pos += n
 					goto next
 				}
 			}
-		take:
 			out[j&63] = id
 			j++
 			pos += n
