@@ -55,6 +55,35 @@ type scratch struct {
 	nexts []int32
 	prevs []int32
 	heap  []heapItem
+	pairs pairCache
+}
+
+// pairCache is a direct-mapped cache of merge lookups (pairKey|mergeUsed,
+// then the merge or mergeAbsent) for mergeTiny, whose rounds look pairs up
+// one after the other: a cold pass's new words share pairs (" un", "ing")
+// whose slots in the merges table (megabytes) are out of the CPU's L2.
+// 16 KiB, in the scratch of each state; mergeSmall's loop and the heap read
+// the table, and FuzzBPEMergeLoops holds mergeTiny to them.
+type pairCache [1 << pairCacheBits][2]uint64
+
+const pairCacheBits = 10
+
+// mergeAbsent is the value of a pair with no merge: noRank, and -1 as the
+// merged id.
+const mergeAbsent = uint64(noRank)<<32 | math.MaxUint32
+
+// mergeCached is merge through the cache pc.
+func (m *bpeModel) mergeCached(pc *pairCache, a, b int32) (rank uint32, merged int32) {
+	key := pairKey(a, b) | mergeUsed
+	e := &pc[(key*0xd6e8feb86659fd93)>>(64-pairCacheBits)]
+	if e[0] != key {
+		v, ok := m.merges.get(key &^ mergeUsed)
+		if !ok {
+			v = mergeAbsent
+		}
+		e[0], e[1] = key, v
+	}
+	return uint32(e[1] >> 32), int32(uint32(e[1]))
 }
 
 // initial appends the ids of the single bytes of word to sc.ids, as HF's BPE
@@ -125,7 +154,7 @@ func (m *bpeModel) mergeSmall(dst []int32, ids []int32, word string, sc *scratch
 		return append(dst, ids...)
 	}
 	if n <= tinyWord {
-		return m.mergeTiny(dst, ids, word)
+		return m.mergeTiny(dst, ids, word, sc)
 	}
 	ranks := sc.ranks[:0]
 	merged := sc.nexts[:0]
@@ -180,7 +209,9 @@ const tinyWord = 16
 // one), and the lowest rank is found over every pair slot (noRank for none,
 // or one whose left id was merged away). A slot's index is its id's place
 // in the word, so the lowest index is the leftmost pair, as in mergeSmall.
-func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string) []int32 {
+// Its lookups go through sc's pairCache.
+func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch) []int32 {
+	pc := &sc.pairs
 	n := len(ids)
 	var id, merged [tinyWord]int32
 	var next, prev [tinyWord]uint8
@@ -198,7 +229,7 @@ func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string) []int32 {
 		}
 	} else {
 		for i := 0; i+1 < n; i++ {
-			ranks[i], merged[i] = m.merge(id[i], id[i+1])
+			ranks[i], merged[i] = m.mergeCached(pc, id[i], id[i+1])
 		}
 	}
 	for {
@@ -215,10 +246,10 @@ func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string) []int32 {
 		ranks[i] = noRank
 		if int(nj) < n {
 			prev[nj%tinyWord] = i
-			ranks[i], merged[i] = m.merge(id[i], id[nj%tinyWord])
+			ranks[i], merged[i] = m.mergeCached(pc, id[i], id[nj%tinyWord])
 		}
 		if p := prev[i]; p < tinyWord {
-			ranks[p], merged[p] = m.merge(id[p], id[i])
+			ranks[p], merged[p] = m.mergeCached(pc, id[p], id[i])
 		}
 	}
 	for i := uint8(0); int(i) < n; i = next[i%tinyWord] {

@@ -166,9 +166,10 @@ func TestBPEMergeLoops(t *testing.T) {
 	}
 }
 
-// FuzzBPEMergeLoops: the merge loops (mergeTiny up to 16 ids, mergeSmall's
-// own loop, the heap) agree on any word, of a byte-level family and of a
-// character-level one, from the ids or from the byte-pair table.
+// FuzzBPEMergeLoops: the merge loops (mergeTiny up to 16 ids, through the
+// scratch's pair cache, mergeSmall's own loop, the heap) agree on any word,
+// of a byte-level family and of a character-level one, from the ids or from
+// the byte-pair table.
 func FuzzBPEMergeLoops(f *testing.F) {
 	for _, s := range []string{" unbelievable", "aaaaaaaaaaaaaaaaaaaaa", " 東京タワー", "e\u0301e\u0301", "\xff\xfe abc"} {
 		f.Add(s)
