@@ -341,18 +341,18 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 }
 
 // appendBlocks appends the ids of text split by the block scanner for k
-// (blockScanKind). Its inner loop takes the pre-tokens of one block whose
-// ends the block's masks give, while they are in the first two slots of
-// their word-table probe (single bytes too: a byte with an id is a word of
-// the table, and one branch on the length, which text makes unpredictable,
-// is gone): it calls nothing and writes ids into dst's spare capacity. Any
-// other short pre-token goes to appendShort (the whole probe, the cache's
-// slots, BPE).
-// The pre-tokens it is not given (near the end of the text, where a key's
-// 16 bytes are not all there, or with no spare capacity) and the one that
-// runs past the block go to appendSpan, with their ends from the masks;
-// anything else (an unknown end, a pre-token of more than 16 bytes) to one
-// step of the general path, blockStep.
+// (blockScanKind). Its inner loop, takeWords, takes the pre-tokens of one
+// block whose ends the block's masks give, while they are in the first two
+// slots of their word-table probe (single bytes too: a byte with an id is a
+// word of the table, and one branch on the length, which text makes
+// unpredictable, is gone): it calls nothing and writes ids into dst's spare
+// capacity. Any other short pre-token goes to appendShort (the whole probe,
+// the cache's slots, BPE). The pre-tokens takeWords is not given (near the
+// end of the text, where a key's 16 bytes are not all there, or with no
+// spare capacity) and the one that runs past the block go to appendSpan,
+// with their ends from the masks; anything else (an unknown end, a
+// pre-token of more than 16 bytes) to one step of the general path,
+// blockStep.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
 	words := &t.model.words
@@ -362,7 +362,7 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 		if base != bs.base {
 			bs.load(base)
 		}
-		// The starts after pos before the first unknown one; the inner loop
+		// The starts after pos before the first unknown one; takeWords
 		// takes the pre-tokens that end at them.
 		above := ^uint64(0) << (pos & 63) << 1
 		u := bs.unknown & above
@@ -383,33 +383,20 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 		} else {
 			m = 0
 		}
-		j := 0
-		for m != 0 {
-			e := bits.TrailingZeros64(m)
-			n := e - pos&63
-			w0 := bytestr.Load64(text, pos)
-			if n > 16 {
-				break
-			}
-			km := &shortMasks[n&31]
-			a, b := w0&km[0], bytestr.Load64(text, pos+8)&km[1]
-			id, ok := words.home(a, b, n)
-			if !ok {
-				if id, ok = words.near(a, b, n); !ok {
-					dst = dst[:len(dst)+j]
-					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
-					pos += n
-					goto next
-				}
-			}
-			out[j&63] = id
-			j++
-			pos += n
-			m &= m - 1
-		}
+		var j int
+		pos, m, j = takeWords(words, text, pos, m, out)
 		dst = dst[:len(dst)+j]
+		if m != 0 {
+			if n := base + bits.TrailingZeros64(m) - pos; n <= 16 {
+				// Not in the first two slots of its probe.
+				a, b := shortKey(load64(text, pos), load64(text, pos+8), n)
+				dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
+				pos += n
+				continue
+			}
+		}
 		if m == 0 {
-			// The pre-tokens the loop was not given (near the end of the
+			// The pre-tokens takeWords was not given (near the end of the
 			// text, or no room in dst) end at the known starts after pos.
 			for m = known &^ (2<<(pos&63) - 1); m != 0; m &= m - 1 {
 				e := base + bits.TrailingZeros64(m)
@@ -427,9 +414,41 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 		if pos < len(text) {
 			dst, pos = t.blockStep(dst, text, pos, &bs, sc)
 		}
-	next:
 	}
 	return dst
+}
+
+// takeWords is appendBlocks' inner loop: it takes the pre-tokens from
+// text[pos] that end at m's bits (m: starts in pos's block), while each is
+// in the first two slots of its word-table probe, and writes their ids to
+// out. It returns pos and m after the ones it took, and how many it took.
+// A function of its own, with no call in it, so that its values stay in
+// registers: in appendBlocks' body, whose other paths call, the compiler
+// spilled the count and reloaded eight of the outer loop's values each
+// pre-token.
+//
+//go:noinline
+func takeWords(words *wordTable, text string, pos int, m uint64, out *[64]int32) (int, uint64, int) {
+	j := 0
+	for m != 0 {
+		n := bits.TrailingZeros64(m) - pos&63
+		if n > 16 {
+			break
+		}
+		km := &shortMasks[n&31]
+		a, b := bytestr.Load64(text, pos)&km[0], bytestr.Load64(text, pos+8)&km[1]
+		id, ok := words.home(a, b, n)
+		if !ok {
+			if id, ok = words.near(a, b, n); !ok {
+				break
+			}
+		}
+		out[j&63] = id
+		j++
+		pos += n
+		m &= m - 1
+	}
+	return pos, m, j
 }
 
 // blockStep appends the ids of the pre-token at text[pos] (a start), which
