@@ -17,9 +17,14 @@ import (
 const cgj = "\u034f"
 
 // normalizeForm is f.String(s) without the stream-safe CGJ insertion, the
-// way Rust's unicode-normalization crate normalizes. The common case (no run
-// of more than 30 non-starters) costs one f.String and a byte search.
+// way Rust's unicode-normalization crate normalizes. Text already in form f
+// (nearly all) is returned as it is after x/text has checked only its runs
+// of non-ASCII bytes (normalIslands); the rest costs one f.String and a
+// byte search when no run of more than 30 non-starters is in it.
 func normalizeForm(f norm.Form, s string) string {
+	if normalIslands(f, s) {
+		return s
+	}
 	out := f.String(s)
 	if !strings.Contains(out, cgj) || strings.Count(out, cgj) == strings.Count(s, cgj) {
 		// A CGJ has no decomposition and never composes, so f keeps every
@@ -27,6 +32,31 @@ func normalizeForm(f norm.Form, s string) string {
 		return out
 	}
 	return normalizeUnbounded(f, s)
+}
+
+// normalIslands reports whether s is in form f, having x/text check only
+// each run of non-ASCII bytes with the ASCII byte before it (by its quick
+// check, which may answer no where it cannot tell: IsNormalString would
+// allocate). ASCII bytes are starters with no decomposition in any form;
+// one blocks the composition of what follows it with what precedes it, and
+// none composes with a character before it, so only the last ASCII byte
+// before a run can change with it (a letter and the marks after it). x/text
+// checks ASCII a byte at a time; most non-ASCII text to tokenize is mostly
+// ASCII (and valid: appendEncode has made it so).
+func normalIslands(f norm.Form, s string) bool {
+	for i := asciiLen(s); i < len(s); {
+		j := i + 1
+		for j < len(s) && s[j] >= utf8.RuneSelf {
+			j++
+		}
+		// (Invalid UTF-8 is left to the whole text's f.String: x/text
+		// reads it by what follows.)
+		if run := s[max(i-1, 0):j]; !utf8.ValidString(run) || f.QuickSpanString(run) != len(run) {
+			return false
+		}
+		i = j + asciiLen(s[j:])
+	}
+	return true
 }
 
 // normChar is one character of a string being normalized: a rune, or an

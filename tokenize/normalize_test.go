@@ -183,3 +183,24 @@ func FuzzNormalizeUnbounded(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNormalizeForm: normalizeForm, which hands x/text the text after its
+// ASCII lead but for the lead's last byte, is x/text's form of the whole
+// text where x/text inserts no CGJ, and normalizeUnbounded's where it does.
+func FuzzNormalizeForm(f *testing.F) {
+	f.Add("Give three tips e\u0301 and \u00e9.", uint8(0))
+	f.Add("ab\u1100\u1161\u11a8 c", uint8(0))
+	f.Add("x\ufb01\u0326\u0301", uint8(2))
+	f.Add("abc"+strings.Repeat("\u0326\u0301", 20), uint8(1))
+	f.Add("ok e\xff\u0301", uint8(3))
+	f.Fuzz(func(t *testing.T, s string, form uint8) {
+		nf := normForms[form%4]
+		want := nf.f.String(s)
+		if strings.Count(want, cgj) != strings.Count(s, cgj) {
+			want = normalizeUnbounded(nf.f, s)
+		}
+		if got := normalizeForm(nf.f, s); got != want {
+			t.Fatalf("%s %+q: got %+q, want %+q", nf.name, s, got, want)
+		}
+	})
+}

@@ -662,23 +662,24 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 	return string(appendLossy(make([]byte, 0, len(b)), b))
 }
 
-// isASCII reports whether s is all ASCII, 32 then 8 bytes at a time.
-func isASCII(s string) bool {
+// isASCII reports whether s is all ASCII.
+func isASCII(s string) bool { return asciiLen(s) == len(s) }
+
+// asciiLen returns the length of the ASCII prefix of s: 32, then 8 bytes at
+// a time.
+func asciiLen(s string) int {
 	i := 0
 	for ; i+32 <= len(s); i += 32 {
 		if (load64(s, i)|load64(s, i+8)|load64(s, i+16)|load64(s, i+24))&0x8080808080808080 != 0 {
-			return false
+			break
 		}
 	}
 	for ; i+8 <= len(s); i += 8 {
 		if load64(s, i)&0x8080808080808080 != 0 {
-			return false
+			break
 		}
 	}
-	for ; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
+	for ; i < len(s) && s[i] < 0x80; i++ {
 	}
-	return true
+	return i
 }
