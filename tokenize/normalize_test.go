@@ -184,9 +184,10 @@ func FuzzNormalizeUnbounded(f *testing.F) {
 	})
 }
 
-// FuzzNormalizeForm: normalizeForm, which hands x/text the text after its
-// ASCII lead but for the lead's last byte, is x/text's form of the whole
-// text where x/text inserts no CGJ, and normalizeUnbounded's where it does.
+// FuzzNormalizeForm: normalizeForm, which has x/text quick-check only the
+// runs of non-ASCII bytes of a text (normalIslands), is x/text's form of the
+// whole text where x/text inserts no CGJ, and normalizeUnbounded's where it
+// does.
 func FuzzNormalizeForm(f *testing.F) {
 	f.Add("Give three tips e\u0301 and \u00e9.", uint8(0))
 	f.Add("ab\u1100\u1161\u11a8 c", uint8(0))

@@ -435,8 +435,7 @@ func takeWords(words *wordTable, text string, pos int, m uint64, out *[64]int32)
 		if n > 16 {
 			break
 		}
-		km := &shortMasks[n&31]
-		a, b := bytestr.Load64(text, pos)&km[0], bytestr.Load64(text, pos+8)&km[1]
+		a, b := shortKey(bytestr.Load64(text, pos), bytestr.Load64(text, pos+8), n)
 		id, ok := words.home(a, b, n)
 		if !ok {
 			if id, ok = words.near(a, b, n); !ok {
