@@ -143,6 +143,15 @@ def main():
         with open(os.path.join(a.out, "done"), "w") as f:
             f.write("ok\n")
     dist.destroy_process_group()
+    # Leave without the interpreter's teardown: once in several fresh-clone
+    # runs of `make test`, rank 0 aborted there ("terminate called without
+    # an active exception", exit -6) after every file above was written and
+    # closed and the group destroyed: a C++ thread of torch's still joinable
+    # at exit (pytorch/pytorch#179291 describes gloo's). What the test checks
+    # is all on disk by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
