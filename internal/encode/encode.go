@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ferryml/ferry/internal/dataset"
@@ -253,16 +254,25 @@ func (e *Encoder) chunk(recs []dataset.Record, samples []int64, first int) ([]sh
 func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int) ([][]int32, error) {
 	ids := make([][]int32, len(texts))
 	L := e.c.MaxLen
-	err := Parallel(ctx, len(texts), workers, textChunk, func(lo, hi int) error {
-		size := 0
-		for _, s := range texts[lo:hi] {
-			size += len(s)/3 + len(e.prefix) + len(e.suffix) + 1
-		}
+	need := func(s string) int { // most texts' ids fit
+		n := len(s)/3 + len(e.prefix) + len(e.suffix) + 1
 		if e.c.Pad {
-			size = max(size, (hi-lo)*L)
+			n = max(n, L)
 		}
-		arena := make([]int32, 0, size)
+		return n
+	}
+	total := 0
+	for _, s := range texts {
+		total += need(s)
+	}
+	block := min(arenaBlock, total/max(workers, 1)+1) // a small call allocates little
+	var pool arenaPool
+	err := Parallel(ctx, len(texts), workers, textChunk, func(lo, hi int) error {
+		arena := pool.get()
 		for i := lo; i < hi; i++ {
+			if n := need(texts[i]); cap(arena)-len(arena) < n {
+				arena = make([]int32, 0, max(block, n))
+			}
 			start := len(arena)
 			arena = append(arena, e.prefix...)
 			arena = e.tok.AppendEncode(arena, texts[i], false)
@@ -275,12 +285,53 @@ func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int) 
 			}
 			ids[i] = arena[start:len(arena):len(arena)]
 		}
+		pool.put(arena[len(arena):])
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return ids, nil
+}
+
+// arenaBlock is the size in ids of EncodeTexts' arenas (1 MiB).
+const arenaBlock = 1 << 18
+
+// arenaPool holds the unused room of EncodeTexts' arenas between chunks, so
+// that a worker's chunks fill one arena after another, where each chunk of
+// textChunk texts had an arena of its own (a small allocation, on the
+// tokenizer's hot path, of memory never touched before). A fresh process
+// encoding the 52K Alpaca prompts on 1 worker (the tokenize bench's run):
+// 152.7 -> 164.2 MB/s Qwen2.5, 154.0 -> 158.8 Llama-3.1 (medians of 10
+// alternating runs). A call's arenas are at most arenaBlock ids and at most
+// its estimated ids per worker, so that a small call allocates little.
+type arenaPool struct {
+	mu   sync.Mutex
+	free [][]int32
+}
+
+// get returns an arena with room left, or nil.
+func (p *arenaPool) get() []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
+	if n == 0 {
+		return nil
+	}
+	a := p.free[n-1]
+	p.free = p.free[:n-1]
+	return a
+}
+
+// put keeps a's room for a later chunk (a is empty: the ids before it are
+// taken).
+func (p *arenaPool) put(a []int32) {
+	if cap(a) < 1024 {
+		return
+	}
+	p.mu.Lock()
+	p.free = append(p.free, a)
+	p.mu.Unlock()
 }
 
 // truncate cuts ids, which start with head and end with tail special ids,

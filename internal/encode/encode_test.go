@@ -155,6 +155,56 @@ func TestEncodeTexts(t *testing.T) {
 	}
 }
 
+// TestEncodeTextsArenas encodes enough texts to fill several of
+// EncodeTexts' shared arenas, on 1 and 3 workers, with texts of more ids
+// than its estimate (rare bytes, an id each) among them: every text's ids
+// are its own, and appending to one leaves the next as it is.
+func TestEncodeTextsArenas(t *testing.T) {
+	tok := load(t, "tokenize/testdata/synthetic/gpt2")
+	var texts []string
+	for i := range 3000 {
+		switch i % 7 {
+		case 0:
+			texts = append(texts, strings.Repeat("\x01\x7f\u00e9\u4e2d", 40+i%50))
+		case 3:
+			texts = append(texts, "")
+		default:
+			texts = append(texts, strings.Repeat("several words in a row, ", 1+i%40))
+		}
+	}
+	for _, pad := range []bool{false, true} {
+		e, err := New(tok, Config{AddSpecial: true, MaxLen: 300, Pad: pad, PadID: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []int{1, 3} {
+			got, err := e.EncodeTexts(context.Background(), texts, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range texts {
+				ids := tok.Encode(s, true)
+				if len(ids) > 300 {
+					ids = append(ids[:299:299], ids[len(ids)-1])
+				}
+				for pad && len(ids) < 300 {
+					ids = append(ids, 9)
+				}
+				if !slices.Equal(got[i], ids) {
+					t.Fatalf("pad %v, workers %d: text %d: %d ids, want %d", pad, w, i, len(got[i]), len(ids))
+				}
+			}
+			for i := range got[:len(got)-1] {
+				next := slices.Clone(got[i+1])
+				_ = append(got[i], -1, -1, -1)
+				if !slices.Equal(got[i+1], next) {
+					t.Fatalf("pad %v, workers %d: appending to text %d's ids changed text %d's", pad, w, i, i+1)
+				}
+			}
+		}
+	}
+}
+
 func TestErrors(t *testing.T) {
 	tok := load(t, "tokenize/testdata/synthetic/gpt2")
 	for _, c := range []Config{{MaxLen: -1}, {SplitLong: true}, {Pad: true}} {
