@@ -3,6 +3,8 @@ package tokenize
 import (
 	"math/bits"
 	"slices"
+
+	"github.com/ferryml/ferry/tokenize/internal/le"
 )
 
 // mergeTable maps a pair of token ids to its merge: rank<<32 | merged id.
@@ -14,7 +16,8 @@ type mergeTable struct {
 	// slots are pairs of words: key (pairKey | mergeUsed; 0 = empty), val.
 	// A flat []uint64, so that the compiled cache can hold it as it is.
 	slots []uint64
-	shift uint // 64 - log2(len(slots)/2)
+	shift uint    // 64 - log2(len(slots)/2)
+	mem   *le.Mem // owns slots when they are huge pages (le.HugeUint64s)
 }
 
 // mergeUsed marks a filled slot: pairKey of two non-negative int32 ids
@@ -23,7 +26,8 @@ const mergeUsed = 1 << 63
 
 func newMergeTable(n int) mergeTable {
 	size := 1 << max(4, bits.Len(uint(n+n/3))) // load factor at most 3/4
-	return mergeTable{slots: make([]uint64, 2*size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
+	slots, mem := le.HugeUint64s(2 * size)
+	return mergeTable{slots: slots, shift: uint(64 - bits.TrailingZeros(uint(size))), mem: mem}
 }
 
 func (t *mergeTable) index(key uint64) uint64 {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ferryml/ferry/tokenize/internal/bytestr"
+	"github.com/ferryml/ferry/tokenize/internal/le"
 )
 
 // wordTable is a byte-level model's read-only table of short words: every
@@ -22,9 +23,10 @@ type wordTable struct {
 	// []uint64, so that the compiled cache can hold it as it is. At least
 	// 16 slots, at least one empty, a power of two.
 	slots []uint64
-	shift uint   // 64 - log2(number of slots)
-	mask  uint64 // number of slots - 1
-	n     int    // filled slots
+	shift uint    // 64 - log2(number of slots)
+	mask  uint64  // number of slots - 1
+	n     int     // filled slots
+	mem   *le.Mem // owns slots when they are huge pages (le.HugeUint64s)
 }
 
 const minWordSlots = 16
@@ -69,7 +71,8 @@ func (w *wordTable) near(a, b uint64, n int) (int32, bool) {
 // newWordTable returns an empty table of room slots at least.
 func newWordTable(room int) wordTable {
 	size := 1 << max(4, bits.Len(uint(room-1)))
-	return wordTable{slots: make([]uint64, 3*size), shift: uint(64 - bits.TrailingZeros(uint(size))), mask: uint64(size - 1)}
+	slots, mem := le.HugeUint64s(3 * size)
+	return wordTable{slots: slots, shift: uint(64 - bits.TrailingZeros(uint(size))), mask: uint64(size - 1), mem: mem}
 }
 
 func (w *wordTable) insert(k string, id int32) {

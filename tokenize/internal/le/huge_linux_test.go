@@ -1,0 +1,124 @@
+//go:build linux && !purego && (amd64 || arm64)
+
+package le
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// mapping returns the /proc/self/smaps entry (its lines) of the mapping
+// that holds address p, or nil.
+func mapping(t *testing.T, p uintptr) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cur []string
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 && strings.Contains(strings.Fields(line)[0], "-") {
+			if in {
+				return cur
+			}
+			in = lo <= p && p < hi
+			cur = nil
+		}
+		if in {
+			cur = append(cur, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if in {
+		return cur
+	}
+	return nil
+}
+
+func TestHugeUint64s(t *testing.T) {
+	small, m := HugeUint64s(1000)
+	if len(small) != 1000 || m != nil || slices.ContainsFunc(small, func(v uint64) bool { return v != 0 }) {
+		t.Fatalf("HugeUint64s(1000): len %d, mem %v: want make's zeroed memory", len(small), m)
+	}
+	n := 3 * hugePage / 16 // 1.5 huge pages
+	s, m := HugeUint64s(n)
+	if len(s) != n || slices.ContainsFunc(s, func(v uint64) bool { return v != 0 }) {
+		t.Fatalf("HugeUint64s(%d): len %d or not zeroed", n, len(s))
+	}
+	for i := range s {
+		s[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	if !thp() {
+		// No transparent huge pages here: make's memory, as documented.
+		if m != nil {
+			t.Fatalf("THP is off, but HugeUint64s mapped memory")
+		}
+		return
+	}
+	if m == nil || p%hugePage != 0 {
+		t.Fatalf("HugeUint64s(%d) with THP: mem %v, address %#x: want a mapping on a huge page", n, m, p)
+	}
+	entry := mapping(t, p)
+	if entry == nil {
+		t.Fatalf("no mapping holds %#x", p)
+	}
+	flags := ""
+	for _, l := range entry {
+		if f, ok := strings.CutPrefix(l, "VmFlags:"); ok {
+			flags = f
+		}
+	}
+	if !slices.Contains(strings.Fields(flags), "hg") {
+		t.Errorf("mapping %s: VmFlags %q lack hg (MADV_HUGEPAGE)", entry[0], flags)
+	}
+	for i := range s {
+		if s[i] != uint64(i)*0x9e3779b97f4a7c15 {
+			t.Fatalf("word %d changed", i)
+		}
+	}
+	// Once its Mem is unreachable, the mapping goes.
+	runtime.KeepAlive(m)
+	m, s = nil, nil
+	deadline := time.Now().Add(5 * time.Second)
+	for mapping(t, p) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mapping at %#x is still there 5 s after its Mem became unreachable", p)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHugeCopy(t *testing.T) {
+	small := []uint64{1, 2, 3}
+	if d, m := HugeCopy(small); &d[0] != &small[0] || m != nil {
+		t.Errorf("HugeCopy of 3 words copied them")
+	}
+	big := make([]uint64, hugePage/8)
+	for i := range big {
+		big[i] = uint64(i)
+	}
+	d, m := HugeCopy(big)
+	if !slices.Equal(d, big) {
+		t.Fatal("HugeCopy: not equal")
+	}
+	if thp() == (m == nil) || thp() == (&d[0] == &big[0]) {
+		t.Errorf("THP %v: mem %v, copied %v", thp(), m, &d[0] != &big[0])
+	}
+	runtime.KeepAlive(m)
+}
