@@ -14,6 +14,8 @@ RACE_PKGS   ?= ./...
 # tokenize runs a third time with -tags noasm: its pure-Go classifier in
 # place of the SIMD one (classify_amd64.s), and bounds-checked reads in the
 # encode loop's inner loop (bytestr.Load64), which TestAppendBlocks runs.
+# And a fourth with -tags purego: no unsafe at all (copies of the compiled
+# cache's tables and of normalized text, no huge pages).
 FULL_PKGS   ?= ./tokenize/ ./cmd/dataprep/
 GOBIN_DIR   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION ?= v0.8.2
@@ -91,6 +93,7 @@ test-go: build
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -race -count=1 $(RACE_PKGS)
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 $(FULL_PKGS)
 	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 -tags noasm ./tokenize/...
+	FERRY_REQUIRE_TOOLS=1 $(ISOLATED) $(GO) test -count=1 -tags purego ./tokenize/...
 
 # The tests import the installed package (pip install ./python), never the
 # source tree.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ferryml/ferry/tokenize/internal/bytestr"
 )
 
 func TestAppendEncodeNoAllocs(t *testing.T) {
@@ -23,8 +25,18 @@ func TestAppendEncodeNoAllocs(t *testing.T) {
 			allocs := testing.AllocsPerRun(50, func() {
 				dst = tok.AppendEncode(dst[:0], s, true)
 			})
-			if allocs != 0 {
-				t.Errorf("%s: AppendEncode(%q) allocates %v times per call", m, s, allocs)
+			// With -tags purego a rewriting normalizer step (prepend,
+			// replace) makes a string of its buffer: a copy each.
+			want := 0
+			if bytestr.Copies {
+				for _, n := range tok.norms {
+					if !n.isForm {
+						want++
+					}
+				}
+			}
+			if allocs > float64(want) {
+				t.Errorf("%s: AppendEncode(%q) allocates %v times per call, want at most %d", m, s, allocs, want)
 			}
 		}
 	}

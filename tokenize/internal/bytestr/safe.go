@@ -4,3 +4,6 @@ package bytestr
 
 // String returns a copy of b as a string.
 func String(b []byte) string { return string(b) }
+
+// Copies reports whether String copies (and so allocates).
+const Copies = true

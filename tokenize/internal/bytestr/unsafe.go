@@ -4,6 +4,9 @@ package bytestr
 
 import "unsafe"
 
+// Copies reports whether String copies (and so allocates).
+const Copies = false
+
 // String returns b as a string sharing its memory (see the package doc).
 func String(b []byte) string {
 	if len(b) == 0 {
