@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/dataset"
@@ -50,12 +49,6 @@ func benchTexts(b *testing.B, tok *Tokenizer, texts []string) {
 	}
 	// Wall-clock MB/s suffers on a shared machine; CPU seconds do less.
 	b.ReportMetric(float64(n)*float64(b.N)/1e6/(cpuSeconds()-cpu0), "MB/cpu-s")
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func BenchmarkEncode(b *testing.B) {
