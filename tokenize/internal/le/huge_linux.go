@@ -28,7 +28,9 @@ func huge(n int) bool { return n >= hugePage/8 && thp() }
 
 // Mem owns memory that HugeUint64s mapped: the mapping is removed once its
 // Mem is unreachable.
-type Mem struct{ size int }
+type Mem struct {
+	size int // bytes mapped (and a Mem is not zero-sized: see runtime.AddCleanup)
+}
 
 // HugeUint64s returns a zeroed []uint64 of length n, and the *Mem that owns
 // its memory (nil for make's memory): the slice may be used only while
