@@ -510,8 +510,7 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 		r.fail("vocabSlots: %d of %d slots filled, %d keys; tags and ids valid: %v", filled, len(v.slots), v.n, !tags && (filled == 0 || int(maxID) < nIDs))
 	}
 	mt.vocab = v
-	mt.words = wordTable{}
-	mt.words.slots, mt.words.mem = le.HugeCopy(le.Uint64s(ws)) // see readCompiledFile
+	mt.words = wordTable{slots: le.Uint64s(ws)}
 	if n := len(mt.words.slots) / 3; n < minWordSlots || n&(n-1) != 0 {
 		r.fail("wordSlots: %d slots, want a power of two, at least %d", n, minWordSlots)
 	} else {
@@ -542,6 +541,7 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	if _, err := t.build(&f, mt, false); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	t.model.upgrading.Go(t.model.upgradeTables)
 	return t, nil
 }
 
@@ -553,12 +553,12 @@ func (mt *modelTables) readMerges(ms, bp []byte, shift uint32, nIDs int, name st
 	fail := func(off int, format string, args ...any) error {
 		return &CorruptError{Kind: ErrCorrupt, Path: name, Offset: int64(off), What: fmt.Sprintf(format, args...)}
 	}
-	slots, mem := le.HugeCopy(le.Uint64s(ms)) // see readCompiledFile
+	slots := le.Uint64s(ms)
 	n := len(slots) / 2
 	if n < 16 || n&(n-1) != 0 || uint(shift) != uint(64-bits.TrailingZeros(uint(n))) {
 		return fail(msOff, "mergeSlots: %d slots with shift %d", n, shift)
 	}
-	mt.merges = mergeTable{slots: slots, shift: uint(shift), mem: mem}
+	mt.merges = mergeTable{slots: slots, shift: uint(shift)}
 	empty, maxID, unmarked := checkMergeSlots(slots)
 	if unmarked || empty == 0 || (maxID >= uint32(nIDs) && 2*empty < len(slots)) {
 		return fail(msOff, "mergeSlots: %d empty slots, ids up to %d of %d", empty, maxID, nIDs)
@@ -609,11 +609,8 @@ func checkMergeSlots(slots []uint64) (empty int, maxID uint32, unmarked bool) {
 
 // readCompiledFile returns the bytes of a compiled cache file of at most
 // maxCompiledSize bytes, mapped read-only where the system allows (no copy:
-// the tables are used in place, but for the merges and the words, which
-// le.HugeCopy copies into transparent huge pages where Linux has them: the
-// encode loop probes them at random, and a TLB miss a probe on their 4 KiB
-// pages cost 7-8% of a cold pass), and a function that releases them when
-// they are not used. A Tokenizer read from them keeps them for the life of
+// the tables are used in place; upgradeTables copies two into huge pages
+// after Load), and a function that releases them when they are not used. A Tokenizer read from them keeps them for the life of
 // the process: strings it returns alias them. writeCompiled replaces files
 // by rename, so a mapped file never changes under its readers.
 func readCompiledFile(path string) ([]byte, func(), error) {

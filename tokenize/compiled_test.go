@@ -13,8 +13,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferryml/ferry/tokenize/internal/le"
 )
 
 // TestMain points the compiled cache at a temporary directory: tests never
@@ -28,6 +31,31 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// sameTokenizer reports whether a and b are deeply equal but for where the
+// encode loop's tables live: the copies upgradeTables makes in huge pages
+// (fast, and the le.Mem of each table), whose contents are compared
+// instead. It waits for both upgrades, and must not run beside other uses
+// of a or b.
+func sameTokenizer(a, b *Tokenizer) bool {
+	a.model.upgrading.Wait()
+	b.model.upgrading.Wait()
+	fa, fb := a.model.fast.Load(), b.model.fast.Load()
+	if !slices.Equal(fa.words.slots, a.model.words.slots) || !slices.Equal(fa.merges.slots, a.model.merges.slots) ||
+		!slices.Equal(fb.words.slots, b.model.words.slots) || !slices.Equal(fb.merges.slots, b.model.merges.slots) {
+		return false // a copy differs from its table
+	}
+	ma := [2]*le.Mem{a.model.words.mem, a.model.merges.mem}
+	mb := [2]*le.Mem{b.model.words.mem, b.model.merges.mem}
+	a.model.fast.Store(nil)
+	b.model.fast.Store(nil)
+	a.model.words.mem, a.model.merges.mem, b.model.words.mem, b.model.merges.mem = nil, nil, nil, nil
+	eq := reflect.DeepEqual(a, b)
+	a.model.fast.Store(fa)
+	b.model.fast.Store(fb)
+	a.model.words.mem, a.model.merges.mem, b.model.words.mem, b.model.merges.mem = ma[0], ma[1], mb[0], mb[1]
+	return eq
 }
 
 // TestCompiledSame holds every family's tokenizer read from the compiled
@@ -50,7 +78,7 @@ func TestCompiledSame(t *testing.T) {
 					t.Fatalf("Load %d: compiled %v, want %v", i+1, tok.compiled, wantCompiled)
 				}
 				tok.compiled = false
-				if !reflect.DeepEqual(tok, parsed) {
+				if !sameTokenizer(tok, parsed) {
 					t.Fatalf("Load %d (compiled %v): the tokenizer differs from the parsed one", i+1, wantCompiled)
 				}
 			}
@@ -96,7 +124,7 @@ func TestCompiledMapped(t *testing.T) {
 			t.Fatalf("tokenizer %d: token %d is %q", i+1, want[1], got)
 		}
 		tok.compiled = false
-		if !reflect.DeepEqual(tok, parsed) {
+		if !sameTokenizer(tok, parsed) {
 			t.Fatalf("tokenizer %d differs from the parsed one", i+1)
 		}
 	}
@@ -283,7 +311,7 @@ func TestCompiledCorrupt(t *testing.T) {
 					t.Fatalf("Load %d: compiled %v, want %v", i+1, tok.compiled, wantCompiled)
 				}
 				tok.compiled = false
-				if !reflect.DeepEqual(tok, want) {
+				if !sameTokenizer(tok, want) {
 					t.Fatalf("Load %d: the tokenizer differs", i+1)
 				}
 			}
@@ -465,5 +493,50 @@ func TestCompiledRemovesStale(t *testing.T) {
 	}
 	if tok, err := Load(src); err != nil || !tok.compiled {
 		t.Fatalf("second Load: %v, compiled %v", err, tok != nil && tok.compiled)
+	}
+}
+
+// TestUpgradeTables: a tokenizer read from the compiled cache encodes the
+// same while upgradeTables copies its words and merges into huge pages
+// (two goroutines encode from the moment Load returns; the race detector
+// runs this in make test) and after, when the copies are what it reads.
+func TestUpgradeTables(t *testing.T) {
+	texts := corpusTexts(t)[:corpusStep(400, 100)]
+	for _, m := range models {
+		want := loadModel(t, m)
+		t.Setenv("FERRY_TOKENIZER_CACHE", t.TempDir())
+		if _, err := Load(filepath.Join(fixtures, m)); err != nil { // writes the cache
+			t.Fatal(err)
+		}
+		tok, err := Load(filepath.Join(fixtures, m))
+		if err != nil || !tok.compiled {
+			t.Fatalf("%s: Load: %v, compiled %v", m, err, tok != nil && tok.compiled)
+		}
+		var wg sync.WaitGroup
+		for g := range 2 {
+			wg.Go(func() {
+				for i := g; i < len(texts); i += 2 {
+					if got, w := tok.Encode(texts[i], true), want.Encode(texts[i], true); !slices.Equal(got, w) {
+						t.Errorf("%s: text %d during the upgrade: %d ids differ from %d", m, i, len(got), len(w))
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		tok.model.upgrading.Wait()
+		ft := tok.model.tables()
+		_, huge := le.HugeCopy(make([]uint64, 1<<18)) // 2 MiB: nil where there are no huge pages
+		if (ft.words.mem != nil) != (huge != nil) || (ft.merges.mem != nil) != (huge != nil) {
+			t.Fatalf("%s: huge pages here %v; the words in them %v, the merges %v", m, huge != nil, ft.words.mem != nil, ft.merges.mem != nil)
+		}
+		if !slices.Equal(ft.words.slots, tok.model.words.slots) || !slices.Equal(ft.merges.slots, tok.model.merges.slots) {
+			t.Fatalf("%s: the copies differ from the tables", m)
+		}
+		for i, s := range texts {
+			if got, w := tok.Encode(s, true), want.Encode(s, true); !slices.Equal(got, w) {
+				t.Fatalf("%s: text %d after the upgrade: %d ids differ from %d", m, i, len(got), len(w))
+			}
+		}
 	}
 }

@@ -79,6 +79,9 @@ type preStage struct {
 }
 
 func (t *Tokenizer) finish() {
+	// The merges are built (or read); the words are when compiled, else
+	// after buildWords, which stores them again.
+	t.model.fast.Store(&fastTables{words: t.model.words, merges: t.model.merges})
 	// DeepSeek's three Splits have one scanner for all three.
 	for i := 0; i+3 <= len(t.stages); i++ {
 		if t.stages[i].pattern == PatternDeepSeekDigits && t.stages[i+1].pattern == PatternDeepSeekCJK && t.stages[i+2].pattern == PatternDeepSeek {
@@ -105,6 +108,7 @@ func (t *Tokenizer) finish() {
 	if !t.compiled { // the compiled cache has them
 		t.model.buildSelfBPE(len(t.model.vocab.ends) - 1)
 		t.model.buildWords()
+		t.model.fast.Store(&fastTables{words: t.model.words, merges: t.model.merges})
 	}
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}
@@ -312,7 +316,7 @@ func (t *Tokenizer) appendPreTokenized(dst []int32, seg string, first bool, sc *
 // appendScanned appends the ids of seg split by the one-level scanner k.
 func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state) []int32 {
 	byteID := &t.model.byteID
-	words := &t.model.words
+	words := &t.model.tables().words
 	for len(seg) > 0 {
 		n := scan(k, seg)
 		p := seg[:n]
@@ -355,7 +359,7 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // blockStep.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
-	words := &t.model.words
+	words := &t.model.tables().words
 	pos := 0
 	for pos < len(text) {
 		base := pos &^ 63
@@ -470,7 +474,7 @@ func (t *Tokenizer) appendSpan(dst []int32, text string, pos, e int, sc *state) 
 		return t.appendPiece(dst, p, sc)
 	}
 	a, b := keyAt(text, pos, n)
-	if id, ok := t.model.words.home(a, b, n); ok {
+	if id, ok := t.model.tables().words.home(a, b, n); ok {
 		return append(dst, id)
 	}
 	return t.appendShort(dst, p, a, b, sc)
@@ -499,8 +503,8 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) []int32 {
 	m := &t.model
 	var hs *hotSlot
-	if m.words.n > 0 {
-		if id, ok := m.words.find(a, b, len(p)); ok {
+	if words := &m.tables().words; words.n > 0 {
+		if id, ok := words.find(a, b, len(p)); ok {
 			return append(dst, id)
 		}
 	} else {

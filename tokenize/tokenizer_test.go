@@ -156,9 +156,7 @@ func TestBPEMergeLoops(t *testing.T) {
 		}
 	}
 	for _, m := range models {
-		tok := loadModel(t, m)
-		bm := tok.model
-		bm.ignoreMerges = false
+		bm := &loadModel(t, m).model // the merge loops do not read ignoreMerges
 		var sc scratch
 		for _, w := range words {
 			ids := bm.initial(&sc, w)
@@ -191,8 +189,7 @@ func FuzzBPEMergeLoops(f *testing.F) {
 			w = w[:heapThreshold+16]
 		}
 		for _, m := range []string{"qwen2.5", "llama2"} {
-			bm := loadModel(t, m).model
-			bm.ignoreMerges = false
+			bm := &loadModel(t, m).model // the merge loops do not read ignoreMerges
 			var sc scratch
 			ids := bm.initial(&sc, w)
 			if len(ids) < 2 {
