@@ -24,8 +24,8 @@ type bpeModel struct {
 	selfBPE []bool
 	words   wordTable // short keys, each its own BPE
 	// fast is what the encode loop reads of words and merges: the tables
-	// themselves, or their copies in huge pages (upgradeTables). finish
-	// sets it; the two are equal, so a reader may hold either.
+	// themselves (publishTables, from finish), or their copies in huge
+	// pages (upgradeTables); the two are equal, so a reader may hold either.
 	fast         atomic.Pointer[fastTables]
 	upgrading    sync.WaitGroup // upgradeTables, while it runs
 	ignoreMerges bool
@@ -52,6 +52,11 @@ type fastTables struct {
 
 // tables returns the tables to probe (see fast).
 func (m *bpeModel) tables() *fastTables { return m.fast.Load() }
+
+// publishTables makes m's words and merges the tables to probe.
+func (m *bpeModel) publishTables() {
+	m.fast.Store(&fastTables{words: m.words, merges: m.merges})
+}
 
 // upgradeTables copies the words and merges tables into transparent huge
 // pages where Linux has them (le.HugeCopy), and publishes the copies in
