@@ -610,9 +610,10 @@ func checkMergeSlots(slots []uint64) (empty int, maxID uint32, unmarked bool) {
 // readCompiledFile returns the bytes of a compiled cache file of at most
 // maxCompiledSize bytes, mapped read-only where the system allows (no copy:
 // the tables are used in place; upgradeTables copies two into huge pages
-// after Load), and a function that releases them when they are not used. A Tokenizer read from them keeps them for the life of
-// the process: strings it returns alias them. writeCompiled replaces files
-// by rename, so a mapped file never changes under its readers.
+// after Load), and a function that releases them when they are not used. A
+// Tokenizer read from them keeps them for the life of the process: strings
+// it returns alias them. writeCompiled replaces files by rename, so a mapped
+// file never changes under its readers.
 func readCompiledFile(path string) ([]byte, func(), error) {
 	b, mapped, err := le.ReadFile(path, maxCompiledSize)
 	if err != nil {
