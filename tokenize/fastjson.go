@@ -35,8 +35,9 @@ func (v *vocabJSON) index() {
 
 // mergesJSON is the "merges" array: "a b" strings or ["a", "b"] pairs.
 type mergesJSON struct {
-	pairs [][2]string
-	bad   int // index of the first malformed merge string, or -1
+	pairs   [][2]string
+	bad     int  // 1 + the index of the first malformed merge string; 0: none
+	present bool // an array was decoded (HF refuses a BPE model without one)
 }
 
 func skipWS(d []byte, i int) int {
@@ -167,10 +168,11 @@ func wrapPath(path string, err error) error {
 }
 
 func (m *mergesJSON) UnmarshalJSON(d []byte) error {
-	m.pairs, m.bad = nil, -1
+	m.pairs, m.bad, m.present = nil, 0, false
 	if string(d) == "null" {
 		return nil
 	}
+	m.present = true
 	// Every merge has at least two quotes: size the slice once.
 	m.pairs = make([][2]string, 0, bytes.Count(d, []byte{'"'})/2)
 	ds := string(d)
@@ -208,8 +210,8 @@ func (m *mergesJSON) UnmarshalJSON(d []byte) error {
 			}
 		}
 		if sp < 0 {
-			if m.bad < 0 {
-				m.bad = len(m.pairs)
+			if m.bad == 0 {
+				m.bad = len(m.pairs) + 1
 			}
 			m.pairs = append(m.pairs, [2]string{s, ""})
 			return i, nil

@@ -628,6 +628,9 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string, tables *modelTables) e
 	if v.Vocab == nil {
 		return corrupt(path+".vocab", "missing")
 	}
+	if !v.Merges.present {
+		return corrupt(path+".merges", "missing") // as HF's "Missing vocab/merges"
+	}
 	if v.Vocab.m == nil {
 		v.Vocab.index()
 	}
@@ -662,8 +665,8 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string, tables *modelTables) e
 		}
 		bm.unkID = id
 	}
-	if v.Merges.bad >= 0 {
-		return corrupt(fmt.Sprintf("%s.merges[%d]", path, v.Merges.bad), "merge %q is not two tokens separated by one space", v.Merges.pairs[v.Merges.bad][0])
+	if i := v.Merges.bad - 1; i >= 0 {
+		return corrupt(fmt.Sprintf("%s.merges[%d]", path, i), "merge %q is not two tokens separated by one space", v.Merges.pairs[i][0])
 	}
 	var wg sync.WaitGroup
 	var mergeErr error

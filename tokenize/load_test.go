@@ -97,6 +97,8 @@ func TestLoadErrors(t *testing.T) {
 		{name: "WordPiece", mutate: func(m map[string]any) { m["model"].(map[string]any)["type"] = "WordPiece" }, wantErr: ErrUnsupported, wantPath: "$.model.type"},
 		{name: "dropout", mutate: func(m map[string]any) { m["model"].(map[string]any)["dropout"] = 0.1 }, wantErr: ErrUnsupported, wantPath: "$.model.dropout"},
 		{name: "suffix", mutate: func(m map[string]any) { m["model"].(map[string]any)["end_of_word_suffix"] = "</w>" }, wantErr: ErrUnsupported, wantPath: "$.model.end_of_word_suffix"},
+		{name: "no merges", mutate: func(m map[string]any) { delete(m["model"].(map[string]any), "merges") }, wantErr: ErrCorrupt, wantPath: "$.model.merges"},
+		{name: "null merges", mutate: func(m map[string]any) { m["model"].(map[string]any)["merges"] = nil }, wantErr: ErrCorrupt, wantPath: "$.model.merges"},
 		{name: "merge not in vocab", mutate: func(m map[string]any) { m["model"].(map[string]any)["merges"] = []any{"x y"} }, wantErr: ErrCorrupt, wantPath: "$.model.merges[0]"},
 		{name: "merge without space", mutate: func(m map[string]any) { m["model"].(map[string]any)["merges"] = []any{"t h", "xy"} }, wantErr: ErrCorrupt, wantPath: "$.model.merges[1]"},
 		{name: "merge of three", mutate: func(m map[string]any) { m["model"].(map[string]any)["merges"] = []any{[]any{"t", "h", "e"}} }, wantErr: ErrCorrupt, wantPath: "$.model.merges"},
