@@ -180,6 +180,11 @@ func (m *bpeModel) appendBPE(dst []int32, word string, sc *scratch) []int32 {
 // appendMerged is appendBPE of a word whose BPE is not its own id alone
 // (not in m.words, or not looked up there): the merges from its bytes.
 func (m *bpeModel) appendMerged(dst []int32, word string, sc *scratch) []int32 {
+	if m.bytePairs != nil && len(word) >= 2 && len(word) <= tinyWord {
+		// Every byte has an id (see buildBytePairs): mergeTiny reads them
+		// from word.
+		return m.mergeTiny(dst, nil, word, sc)
+	}
 	ids := m.initial(sc, word)
 	if len(ids) >= heapThreshold {
 		return m.mergeHeap(dst, ids, sc)
@@ -253,47 +258,52 @@ const tinyWord = 16
 // one), and the lowest rank is found over every pair slot (noRank for none,
 // or one whose left id was merged away). A slot's index is its id's place
 // in the word, so the lowest index is the leftmost pair, as in mergeSmall.
-// Its lookups go through sc's pairCache.
+// Its lookups go through sc's pairCache. With word (2 to tinyWord bytes, of
+// a model with bytePairs) it merges the ids of word's bytes and does not
+// read ids (appendMerged passes none).
 func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch) []int32 {
 	pc := &sc.pairs
-	n := len(ids)
 	var id, merged [tinyWord]int32
-	var next, prev [tinyWord]uint8
-	var ranks [tinyWord]uint32
-	copy(id[:], ids[:n:n])
-	for i := range ranks {
-		ranks[i] = noRank
-		next[i], prev[i] = uint8(i+1), uint8(i-1) // prev[0] wraps: none
-	}
+	// keys[i] is pair i's rank<<32 | i, so that the least key is the pair
+	// to merge, the leftmost among equal ranks (noRank<<32 | i: none).
+	next, prev, keys := tinyNext, tinyPrev, tinyKeys
+	n := len(ids)
 	if word != "" {
+		n = len(word)
 		bp := m.bytePairs[:1<<16]
-		for i := 0; i+1 < n; i++ {
-			v := bp[uint16(word[i])<<8|uint16(word[i+1])]
-			ranks[i], merged[i] = uint32(v>>32), int32(uint32(v))
+		c0 := word[0]
+		id[0] = m.byteID[c0]
+		for i := 1; i < n; i++ {
+			c1 := word[i]
+			v := bp[uint16(c0)<<8|uint16(c1)]
+			id[i] = m.byteID[c1]
+			keys[i-1], merged[i-1] = v&^math.MaxUint32|uint64(i-1), int32(uint32(v))
+			c0 = c1
 		}
 	} else {
+		copy(id[:], ids[:n:n])
 		for i := 0; i+1 < n; i++ {
-			ranks[i], merged[i] = m.mergeCached(pc, id[i], id[i+1])
+			keys[i], merged[i] = m.mergeKey(pc, id[i], id[i+1], i)
 		}
 	}
 	for {
-		best := lowestTiny(&ranks)
+		best := lowestTiny(&keys)
 		if uint32(best>>32) == noRank {
 			break
 		}
 		i := uint8(best) % tinyWord
 		j := next[i] % tinyWord // merged into i
 		id[i] = merged[i]
-		ranks[j] = noRank
+		keys[j] = tinyKeys[j]
 		nj := next[j]
 		next[i] = nj
-		ranks[i] = noRank
+		keys[i] = tinyKeys[i]
 		if int(nj) < n {
 			prev[nj%tinyWord] = i
-			ranks[i], merged[i] = m.mergeCached(pc, id[i], id[nj%tinyWord])
+			keys[i], merged[i] = m.mergeKey(pc, id[i], id[nj%tinyWord], int(i))
 		}
 		if p := prev[i]; p < tinyWord {
-			ranks[p], merged[p] = m.mergeCached(pc, id[p], id[i])
+			keys[p], merged[p] = m.mergeKey(pc, id[p], id[i], int(p))
 		}
 	}
 	for i := uint8(0); int(i) < n; i = next[i%tinyWord] {
@@ -302,12 +312,34 @@ func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch)
 	return dst
 }
 
-// lowestTiny is lowest over every slot of ranks, as a tree of 15 mins
+// The starting links and keys of mergeTiny's slots: each linked to the
+// next and the previous (none for the first: 255), no merge.
+var (
+	tinyNext, tinyPrev = func() (next, prev [tinyWord]uint8) {
+		for i := range next {
+			next[i], prev[i] = uint8(i+1), uint8(i-1)
+		}
+		return next, prev
+	}()
+	tinyKeys = func() (k [tinyWord]uint64) {
+		for i := range k {
+			k[i] = uint64(noRank)<<32 | uint64(i)
+		}
+		return k
+	}()
+)
+
+// mergeKey is mergeCached as mergeTiny's key of pair slot i, and the merged id.
+func (m *bpeModel) mergeKey(pc *pairCache, a, b int32, i int) (uint64, int32) {
+	r, merged := m.mergeCached(pc, a, b)
+	return uint64(r)<<32 | uint64(i), merged
+}
+
+// lowestTiny is the least of mergeTiny's keys, as a tree of 15 mins
 // (conditional moves) with no loop.
-func lowestTiny(ranks *[tinyWord]uint32) uint64 {
-	k := func(i int) uint64 { return uint64(ranks[i])<<32 | uint64(i) }
-	a0, a1, a2, a3 := min(k(0), k(1)), min(k(2), k(3)), min(k(4), k(5)), min(k(6), k(7))
-	a4, a5, a6, a7 := min(k(8), k(9)), min(k(10), k(11)), min(k(12), k(13)), min(k(14), k(15))
+func lowestTiny(k *[tinyWord]uint64) uint64 {
+	a0, a1, a2, a3 := min(k[0], k[1]), min(k[2], k[3]), min(k[4], k[5]), min(k[6], k[7])
+	a4, a5, a6, a7 := min(k[8], k[9]), min(k[10], k[11]), min(k[12], k[13]), min(k[14], k[15])
 	return min(min(min(a0, a1), min(a2, a3)), min(min(a4, a5), min(a6, a7)))
 }
 

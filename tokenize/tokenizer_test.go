@@ -172,6 +172,10 @@ func TestBPEMergeLoops(t *testing.T) {
 					t.Fatalf("%s %q: small with byte pairs %v, heap %v", m, w, pairs, heap)
 				}
 			}
+			// appendMerged: mergeTiny from the word's bytes up to tinyWord
+			if got := bm.appendMerged(nil, w, &sc); !slices.Equal(got, heap) {
+				t.Fatalf("%s %q: appendMerged %v, heap %v", m, w, got, heap)
+			}
 		}
 	}
 }
@@ -179,7 +183,7 @@ func TestBPEMergeLoops(t *testing.T) {
 // FuzzBPEMergeLoops: the merge loops (mergeTiny up to 16 ids, through the
 // scratch's pair cache, mergeSmall's own loop, the heap) agree on any word,
 // of a byte-level family and of a character-level one, from the ids or from
-// the byte-pair table.
+// the byte-pair table, and with appendMerged (from the word's bytes).
 func FuzzBPEMergeLoops(f *testing.F) {
 	for _, s := range []string{" unbelievable", "aaaaaaaaaaaaaaaaaaaaa", " 東京タワー", "e\u0301e\u0301", "\xff\xfe abc"} {
 		f.Add(s)
@@ -205,6 +209,9 @@ func FuzzBPEMergeLoops(f *testing.F) {
 				if pairs := bm.mergeSmall(nil, slices.Clone(ids), w, &sc); !slices.Equal(pairs, heap) {
 					t.Fatalf("%s %q: small with byte pairs %v, heap %v", m, w, pairs, heap)
 				}
+			}
+			if got := bm.appendMerged(nil, w, &sc); !slices.Equal(got, heap) {
+				t.Fatalf("%s %q: appendMerged %v, heap %v", m, w, got, heap)
 			}
 		}
 	})
