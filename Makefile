@@ -12,8 +12,9 @@ RACE_PKGS   ?= ./...
 # Under -race these packages check a sample of their big golden corpora (the
 # race detector makes them ~10x slower); they run again without it, in full.
 # tokenize runs a third time with -tags noasm: its pure-Go classifier in
-# place of the SIMD one (classify_amd64.s), and bounds-checked reads in the
-# encode loop's inner loop (bytestr.Load64), which TestAppendBlocks runs.
+# place of the SIMD one (classify_amd64.s), and the encode loop's inner loop
+# in Go (takeWordsGo, with bounds-checked reads: bytestr.Load64) in place of
+# takewords_amd64.s, which TestAppendBlocks and the goldens run.
 # And a fourth with -tags purego: no unsafe at all (copies of the compiled
 # cache's tables and of normalized text, no huge pages).
 FULL_PKGS   ?= ./tokenize/ ./cmd/dataprep/

@@ -1,0 +1,138 @@
+package tokenize
+
+import (
+	"math/bits"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// checkTakeWords runs takeWords (assembly on amd64) and takeWordsGo on the
+// same block and fails when they differ in what they take.
+func checkTakeWords(t *testing.T, words *wordTable, text string, pos int, m uint64) (int, uint64, int) {
+	t.Helper()
+	var out, outGo [64]int32
+	p, mm, j := takeWords(words, text, pos, m, &out)
+	pGo, mGo, jGo := takeWordsGo(words, text, pos, m, &outGo)
+	if p != pGo || mm != mGo || j != jGo || !slices.Equal(out[:j], outGo[:jGo]) {
+		t.Fatalf("text %q pos %d m %#x: takeWords %d %#x %v, takeWordsGo %d %#x %v", text, pos, m, p, mm, out[:j], pGo, mGo, outGo[:jGo])
+	}
+	return p, mm, j
+}
+
+// takeStarts returns the starts that takeWords may be given from pos in
+// pos's block of text: the bits of m above pos, each (but the last) 16
+// bytes from text's end at least, as appendBlocks limits them.
+func takeStarts(text string, pos int, m uint64) uint64 {
+	base := pos &^ 63
+	m &= ^uint64(0) << (pos & 63) << 1
+	lim := len(text) - 16 - base // the last start that may be read from
+	for k := m; k != 0; k &= k - 1 {
+		if i := bits.TrailingZeros64(k); i > lim {
+			return m & (2<<i - 1) // the first start past lim is the last one
+		}
+	}
+	return m
+}
+
+// TestTakeWords: on the real corpus's pre-tokens, with the starts the block
+// scanner finds, the two loops take the same words (and most calls some).
+func TestTakeWords(t *testing.T) {
+	for _, model := range models {
+		tok := loadModel(t, model)
+		words := &tok.model.tables().words
+		calls, took := 0, 0 // took: calls that took a word at least
+		for i, text := range corpusTexts(t) {
+			if i%corpusStep(3, 24) != 0 || len(text) < 16 {
+				continue
+			}
+			// The pre-token starts of the whole text, as bits per block.
+			starts := make([]uint64, len(text)/64+1)
+			for p := 0; p < len(text); {
+				p += scan(scanLlama3, text[p:])
+				if p < len(text) {
+					starts[p/64] |= 1 << (p % 64)
+				}
+			}
+			// From each start (and each block's first byte), as appendBlocks
+			// calls it after a pre-token it did not take.
+			for base := 0; base+16 <= len(text); base += 64 {
+				for pos := base; pos < base+64 && pos+16 <= len(text); pos++ {
+					if pos != base && starts[base/64]>>(pos%64)&1 == 0 {
+						continue
+					}
+					m := takeStarts(text, pos, starts[base/64])
+					if m == 0 {
+						continue
+					}
+					_, _, j := checkTakeWords(t, words, text, pos, m)
+					calls++
+					if j > 0 {
+						took++
+					}
+				}
+			}
+		}
+		if took < calls/2 {
+			t.Errorf("%s: %d of %d calls took a word", model, took, calls)
+		}
+		t.Logf("%s: %d of %d calls took a word", model, took, calls)
+	}
+}
+
+// TestTakeWordsNear: a word displaced to the slot after its home, also past
+// the table's last slot (the probe wraps to the first), is taken.
+func TestTakeWordsNear(t *testing.T) {
+	w := newWordTable(4) // 16 slots
+	last := uint64(len(w.slots)/3 - 1)
+	// Two words whose home is the last slot: the second goes to slot 0.
+	var homeLast []string
+	for c := 0; c < 1<<16 && len(homeLast) < 2; c++ {
+		k := string([]byte{byte(c), byte(c >> 8)})
+		a, b := keyOf(k)
+		if wordIndex(a, b, 2)>>w.shift == last {
+			homeLast = append(homeLast, k)
+		}
+	}
+	if len(homeLast) < 2 {
+		t.Fatal("no two words with the last slot as home")
+	}
+	w.insert(homeLast[0], 7)
+	w.insert(homeLast[1], 9)
+	if a, b := keyOf(homeLast[1]); w.slots[0] != a || w.slots[1] != b {
+		t.Fatalf("%q is not in slot 0", homeLast[1])
+	}
+	text := homeLast[1] + homeLast[0] + homeLast[1] + strings.Repeat(" ", 20)
+	_, m, j := checkTakeWords(t, &w, text, 0, 1<<2|1<<4|1<<6)
+	if j != 3 || m != 0 {
+		t.Fatalf("took %d (m %#x), want 3", j, m)
+	}
+	// A word in neither slot ends the loop there.
+	_, m, j = checkTakeWords(t, &w, "zz"+text, 0, 1<<2|1<<4)
+	if j != 0 || m != 1<<2|1<<4 {
+		t.Fatalf("took %d (m %#x), want none", j, m)
+	}
+}
+
+// FuzzTakeWords: the assembly loop and takeWordsGo take the same words
+// from any block, starts and position.
+func FuzzTakeWords(f *testing.F) {
+	f.Add("Below is an instruction that describes a task. Write a response that appropriately completes the request.", uint64(0x1122334455667788), uint8(0))
+	f.Add(" the the the the the the the the the the the the the the the the the the the the the", uint64(0x8888888888888888), uint8(3))
+	f.Add("x", uint64(1<<63|1<<17), uint8(16))
+	f.Fuzz(func(t *testing.T, text string, m uint64, pos uint8) {
+		for len(text) < 96 {
+			text += " a" + text
+		}
+		for _, model := range models {
+			words := &loadModel(t, model).model.tables().words
+			for _, base := range []int{0, 64} {
+				p := base + int(pos%64)
+				if p+16 > len(text) {
+					continue
+				}
+				checkTakeWords(t, words, text, p, takeStarts(text, p, m))
+			}
+		}
+	})
+}
