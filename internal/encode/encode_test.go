@@ -143,7 +143,7 @@ func TestEncodeTexts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := e.EncodeTexts(context.Background(), texts, 2)
+		got, err := e.EncodeTexts(context.Background(), texts, 2, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,9 @@ func TestEncodeTexts(t *testing.T) {
 // TestEncodeTextsArenas encodes enough texts to fill several of
 // EncodeTexts' shared arenas, on 1 and 3 workers, with texts of more ids
 // than its estimate (rare bytes, an id each) among them: every text's ids
-// are its own, and appending to one leaves the next as it is.
+// are its own, and appending to one leaves the next as it is. A second call
+// with the same Arenas after Reuse gives the same ids, in the memory of the
+// first's (on 1 worker, it makes no arena).
 func TestEncodeTextsArenas(t *testing.T) {
 	tok := load(t, "tokenize/testdata/synthetic/gpt2")
 	var texts []string
@@ -177,28 +179,40 @@ func TestEncodeTextsArenas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		want := make([][]int32, len(texts))
+		for i, s := range texts {
+			ids := tok.Encode(s, true)
+			if len(ids) > 300 {
+				ids = append(ids[:299:299], ids[len(ids)-1])
+			}
+			for pad && len(ids) < 300 {
+				ids = append(ids, 9)
+			}
+			want[i] = ids
+		}
 		for _, w := range []int{1, 3} {
-			got, err := e.EncodeTexts(context.Background(), texts, w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, s := range texts {
-				ids := tok.Encode(s, true)
-				if len(ids) > 300 {
-					ids = append(ids[:299:299], ids[len(ids)-1])
+			var ar Arenas
+			for call := range 2 {
+				ar.Reuse()
+				made := len(ar.pool.all)
+				got, err := e.EncodeTexts(context.Background(), texts, w, &ar)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for pad && len(ids) < 300 {
-					ids = append(ids, 9)
+				if call == 1 && w == 1 && len(ar.pool.all) != made {
+					t.Errorf("pad %v: after Reuse, the second call made %d arenas", pad, len(ar.pool.all)-made)
 				}
-				if !slices.Equal(got[i], ids) {
-					t.Fatalf("pad %v, workers %d: text %d: %d ids, want %d", pad, w, i, len(got[i]), len(ids))
+				for i := range texts {
+					if !slices.Equal(got[i], want[i]) {
+						t.Fatalf("pad %v, workers %d, call %d: text %d: %d ids, want %d", pad, w, call, i, len(got[i]), len(want[i]))
+					}
 				}
-			}
-			for i := range got[:len(got)-1] {
-				next := slices.Clone(got[i+1])
-				_ = append(got[i], -1, -1, -1)
-				if !slices.Equal(got[i+1], next) {
-					t.Fatalf("pad %v, workers %d: appending to text %d's ids changed text %d's", pad, w, i, i+1)
+				for i := range got[:len(got)-1] {
+					next := slices.Clone(got[i+1])
+					_ = append(got[i], -1, -1, -1)
+					if !slices.Equal(got[i+1], next) {
+						t.Fatalf("pad %v, workers %d, call %d: appending to text %d's ids changed text %d's", pad, w, call, i, i+1)
+					}
 				}
 			}
 		}
@@ -233,7 +247,7 @@ func TestErrors(t *testing.T) {
 	if _, _, err := e.EncodeRecords(ctx, recs, nil, 2, nil); !errors.Is(err, cause) {
 		t.Errorf("EncodeRecords after cancel: err %v, want the cause", err)
 	}
-	if _, err := e.EncodeTexts(ctx, []string{"a"}, 2); !errors.Is(err, cause) {
+	if _, err := e.EncodeTexts(ctx, []string{"a"}, 2, nil); !errors.Is(err, cause) {
 		t.Errorf("EncodeTexts after cancel: err %v, want the cause", err)
 	}
 }

@@ -95,6 +95,7 @@ type idsPass struct {
 	read                 time.Duration
 	lines, bytes, tokens int64
 	encode               atomic.Int64 // nanoseconds in encode
+	arenas               encode.Arenas
 }
 
 // readLineBatch reads up to maxLines lines or about maxBytes bytes. Blank lines
@@ -137,8 +138,11 @@ func (p *idsPass) run(ctx context.Context, texts []string, lines [][]byte, first
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The ids of the batch before are written (or counted) and dropped:
+	// their memory takes this batch's.
+	p.arenas.Reuse()
 	start := time.Now()
-	ids, err := p.Enc.EncodeTexts(ctx, texts, p.Threads)
+	ids, err := p.Enc.EncodeTexts(ctx, texts, p.Threads, &p.arenas)
 	p.encode.Add(int64(time.Since(start)))
 	if err != nil {
 		return err
