@@ -2,10 +2,10 @@
 
 #include "textflag.h"
 
-// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[32][2]uint64, block unsafe.Pointer, off int, m uint64, out *[64]int32) (int, uint64, int)
+// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[32][2]uint64, text *byte, pos int, m uint64, out *[64]int32) (int, uint64, int)
 //
-// R10 slots, CX shift, R15 masks, SI block, DI off, BX m, R8 the next id's
-// place in out. For each start e = TZCNT(m) with n = e-off <= 16: a, b are
+// R10 slots, CX shift, R15 masks, SI the block (text + pos&^63), DI the
+// offset in it (pos&63), BX m, R8 the next id's place in out. For each start e = TZCNT(m) with n = e-off <= 16: a, b are
 // the n bytes at block+off (wordIndex's key), the probe's first slot
 // (home) or the one after (near) must hold a, b and n+1, and its id goes
 // to out. The first pre-token that is longer or in neither slot ends the
@@ -14,8 +14,11 @@ TEXT ·takeWordsAsm(SB), NOSPLIT, $0-88
 	MOVQ slots+0(FP), R10
 	MOVQ shift+8(FP), CX
 	MOVQ masks+24(FP), R15
-	MOVQ block+32(FP), SI
-	MOVQ off+40(FP), DI
+	MOVQ pos+40(FP), DI
+	MOVQ DI, SI
+	ANDQ $~63, SI
+	ADDQ text+32(FP), SI
+	ANDQ $63, DI
 	MOVQ m+48(FP), BX
 	MOVQ out+56(FP), R8
 
@@ -81,6 +84,9 @@ near:
 	JZ   hit
 
 done:
+	MOVQ pos+40(FP), R9
+	ANDQ $~63, R9
+	ADDQ R9, DI
 	MOVQ DI, ret+64(FP)
 	MOVQ BX, ret1+72(FP)
 	MOVQ out+56(FP), R9

@@ -14,3 +14,7 @@ func String(b []byte) string {
 	}
 	return unsafe.String(&b[0], len(b))
 }
+
+// Data returns a pointer to s's first byte, for assembly that reads s
+// (tokenize's takewords_amd64.s); s must not be empty.
+func Data(s string) *byte { return unsafe.StringData(s) }
