@@ -45,7 +45,9 @@ loop:
 	SHRQ CX, R9                   // R9 = the home slot's index
 	LEAQ (R9)(R9*2), R12
 	LEAQ (R10)(R12*8), R12        // R12 = &slots[3*index]
-	INCQ DX                       // DX = n+1
+	INCQ DX                       // DX = n+1; bit 63: near probed
+
+probe:
 	MOVQ (R12), R11
 	XORQ R13, R11
 	MOVQ 8(R12), R9
@@ -54,9 +56,7 @@ loop:
 	MOVL 16(R12), R9
 	XORL DX, R9
 	ORQ  R9, R11
-	JNZ  near
-
-hit:
+	JNZ  miss
 	MOVL 20(R12), R9              // the id
 	MOVL R9, (R8)
 	ADDQ $4, R8
@@ -65,23 +65,17 @@ hit:
 	ANDQ R9, BX                   // m &= m-1
 	JMP  loop
 
-near:
-	// The slot after home, the first again past the last.
+miss:
+	BTSQ $63, DX                  // CF: near probed already
+	JCS  done
+	// The slot after home (near), the first again past the last.
 	MOVQ mask+16(FP), R9
 	LEAQ 3(R9)(R9*2), R9          // 3 * the number of slots
 	LEAQ (R10)(R9*8), R9          // R9 = the end of slots
 	ADDQ $24, R12
 	CMPQ R12, R9
 	CMOVQEQ R10, R12
-	MOVQ (R12), R11
-	XORQ R13, R11
-	MOVQ 8(R12), R9
-	XORQ R14, R9
-	ORQ  R9, R11
-	MOVL 16(R12), R9
-	XORL DX, R9
-	ORQ  R9, R11
-	JZ   hit
+	JMP  probe
 
 done:
 	MOVQ pos+40(FP), R9
