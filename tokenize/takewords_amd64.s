@@ -5,11 +5,12 @@
 // func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[32][2]uint64, text *byte, pos int, m uint64, out *[64]int32) (int, uint64, int)
 //
 // R10 slots, CX shift, R15 masks, SI the block (text + pos&^63), DI the
-// offset in it (pos&63), BX m, R8 the next id's place in out. For each start e = TZCNT(m) with n = e-off <= 16: a, b are
-// the n bytes at block+off (wordIndex's key), the probe's first slot
-// (home) or the one after (near) must hold a, b and n+1, and its id goes
-// to out. The first pre-token that is longer or in neither slot ends the
-// loop, as in takeWordsGo.
+// offset in it (pos&63), BX m, R8 the next id's place in out. For each
+// start e = BSF(m) with n = e-off <= 16: a, b are the n bytes at block+off
+// (wordIndex's key, with hashK1 and hashK3), the probe's first slot (home)
+// or the one after (near) must hold a, b and n+1, and its id goes to out.
+// The first pre-token that is longer or in neither slot ends the loop, as
+// in takeWordsGo.
 TEXT ·takeWordsAsm(SB), NOSPLIT, $0-88
 	MOVQ slots+0(FP), R10
 	MOVQ shift+8(FP), CX

@@ -270,12 +270,11 @@ func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int, 
 		total += need(s)
 	}
 	block := min(arenaBlock, total/max(workers, 1)+1) // a small call allocates little
-	pool := &ar.pool
 	err := Parallel(ctx, len(texts), workers, textChunk, func(lo, hi int) error {
-		arena := pool.get()
+		arena := ar.get()
 		for i := lo; i < hi; i++ {
 			if n := need(texts[i]); cap(arena)-len(arena) < n {
-				arena = pool.room(n, block)
+				arena = ar.room(n, block)
 			}
 			start := len(arena)
 			arena = append(arena, e.prefix...)
@@ -289,7 +288,7 @@ func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int, 
 			}
 			ids[i] = arena[start:len(arena):len(arena)]
 		}
-		pool.put(arena[len(arena):])
+		ar.put(arena[len(arena):])
 		return nil
 	})
 	if err != nil {
@@ -301,23 +300,31 @@ func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int, 
 // arenaBlock is the size in ids of EncodeTexts' arenas (1 MiB).
 const arenaBlock = 1 << 18
 
-// arenaPool holds the unused room of EncodeTexts' arenas between chunks, so
-// that a worker's chunks fill one arena after another, where each chunk of
-// textChunk texts had an arena of its own (a small allocation, on the
-// tokenizer's hot path, of memory never touched before). A fresh process
-// encoding the 52K Alpaca prompts on 1 worker (the tokenize bench's run):
-// 152.7 -> 164.2 MB/s Qwen2.5, 154.0 -> 158.8 Llama-3.1 (medians of 10
-// alternating runs). A call's arenas are at most arenaBlock ids and at most
-// its estimated ids per worker, so that a small call allocates little.
-type arenaPool struct {
+// Arenas is the memory EncodeTexts writes ids into. Between chunks it
+// holds the unused room of the call's arenas, so that a worker's chunks fill
+// one arena after another, where each chunk of textChunk texts had an arena
+// of its own (a small allocation, on the tokenizer's hot path, of memory
+// never touched before): a fresh process encoding the 52K Alpaca prompts on
+// 1 worker (the tokenize bench's run), 152.7 -> 164.2 MB/s Qwen2.5, 154.0
+// -> 158.8 Llama-3.1 (medians of 10 alternating runs). A call's arenas are
+// at most arenaBlock ids and at most its estimated ids per worker, so that a
+// small call allocates little.
+//
+// A caller may keep it from one call to the next: Reuse hands all of it to
+// the next call, so that a pass that encodes batch after batch (prep's
+// tokenize pass: it writes a batch's ids out before it encodes the next)
+// writes into memory it has touched already, where each batch's ids were
+// fresh memory (its first touch is a page fault per 4 KiB, ~6 µs each on
+// this VM). The zero value is ready to use. Not for concurrent calls.
+type Arenas struct {
 	mu   sync.Mutex
 	free [][]int32
-	all  [][]int32 // every arena made, for Arenas.Reuse
+	all  [][]int32 // every arena made, for Reuse
 }
 
 // room returns a free arena with room for n ids at least, else a new one
 // of room max(block, n).
-func (p *arenaPool) room(n, block int) []int32 {
+func (p *Arenas) room(n, block int) []int32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := len(p.free) - 1; i >= 0; i-- {
@@ -331,29 +338,17 @@ func (p *arenaPool) room(n, block int) []int32 {
 	return a
 }
 
-// Arenas is the memory EncodeTexts writes ids into, which a caller may keep
-// from one call to the next: Reuse hands all of it to the next call, so that
-// a pass that encodes batch after batch (prep's tokenize pass: it writes a
-// batch's ids out before it encodes the next) writes into memory it has
-// touched already, where each batch's ids were fresh memory (its first touch
-// is a page fault per 4 KiB, ~6 µs each on this VM). The zero value is
-// ready to use. Not for concurrent calls.
-type Arenas struct {
-	pool arenaPool
-}
-
-// Reuse makes all the memory of the ids of earlier EncodeTexts calls with a
-// the room of the next ones. The caller must hold none of those ids.
-func (a *Arenas) Reuse() {
-	p := &a.pool
+// Reuse makes all the memory of earlier EncodeTexts calls' ids room for
+// the next calls. The caller must hold none of those ids.
+func (p *Arenas) Reuse() {
 	p.free = p.free[:0]
-	for _, ar := range p.all {
-		p.free = append(p.free, ar[:0])
+	for _, a := range p.all {
+		p.free = append(p.free, a[:0])
 	}
 }
 
 // get returns an arena with room left (the last one put), or nil.
-func (p *arenaPool) get() []int32 {
+func (p *Arenas) get() []int32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(p.free)
@@ -367,7 +362,7 @@ func (p *arenaPool) get() []int32 {
 
 // put keeps a's room for a later chunk (a is empty: the ids before it are
 // taken).
-func (p *arenaPool) put(a []int32) {
+func (p *Arenas) put(a []int32) {
 	if cap(a) < 1024 {
 		return
 	}

@@ -194,13 +194,13 @@ func TestEncodeTextsArenas(t *testing.T) {
 			var ar Arenas
 			for call := range 2 {
 				ar.Reuse()
-				made := len(ar.pool.all)
+				made := len(ar.all)
 				got, err := e.EncodeTexts(context.Background(), texts, w, &ar)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if call == 1 && w == 1 && len(ar.pool.all) != made {
-					t.Errorf("pad %v: after Reuse, the second call made %d arenas", pad, len(ar.pool.all)-made)
+				if call == 1 && w == 1 && len(ar.all) != made {
+					t.Errorf("pad %v: after Reuse, the second call made %d arenas", pad, len(ar.all)-made)
 				}
 				for i := range texts {
 					if !slices.Equal(got[i], want[i]) {
