@@ -143,7 +143,9 @@
 // A Tokenizer is immutable after Load and safe for concurrent use. Encode,
 // AppendEncode and EncodeBatch may be called from any number of goroutines;
 // each running goroutine uses one cache state (up to ~20 MB when full) taken
-// from a pool that keeps as many states as were ever in use at once.
+// from a pool that keeps as many states as were ever in use at once. A
+// Session holds one state across a goroutine's run of calls (as EncodeBatch's
+// goroutines do), which saves each call the pool's atomic operations.
 // AppendEncode does not allocate once its cache is warm (beyond growing dst),
 // except to normalize text that is not already normalized, to replace invalid
 // UTF-8, when the pre-tokenizer has no hand-written scanner (a regexp2

@@ -198,6 +198,39 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []in
 	return dst
 }
 
+// A Session is AppendEncode for a run of texts on one goroutine: it holds one
+// working state (the pre-token cache and BPE scratch) from Session to Close,
+// where AppendEncode takes one from the Tokenizer's pool and gives it back on
+// every call (~80 ns of atomic operations, a few percent of a short text's
+// encoding). The ids are AppendEncode's. A Session is not safe for concurrent
+// use; after Close its AppendEncode is the Tokenizer's.
+type Session struct {
+	t  *Tokenizer
+	st *state
+}
+
+// Session takes a working state from t's pool until the Session's Close.
+func (t *Tokenizer) Session() Session {
+	return Session{t: t, st: t.states.get()}
+}
+
+// AppendEncode is the Tokenizer's AppendEncode, with the Session's state.
+func (s *Session) AppendEncode(dst []int32, text string, addSpecial bool) []int32 {
+	if s.st == nil {
+		return s.t.AppendEncode(dst, text, addSpecial)
+	}
+	return s.t.appendEncode(dst, text, addSpecial, s.st)
+}
+
+// Close gives the Session's state back to the Tokenizer's pool. It may be
+// called more than once.
+func (s *Session) Close() {
+	if s.st != nil {
+		s.t.states.put(s.st)
+		s.st = nil
+	}
+}
+
 func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *state) []int32 {
 	ascii := isASCII(text) // valid, and unchanged by every normalizer
 	if !ascii {
@@ -568,8 +601,8 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) []
 	threads = min(threads, (len(texts)+chunk-1)/chunk)
 	var next atomic.Int64
 	work := func() {
-		st := t.states.get()
-		defer t.states.put(st)
+		ses := t.Session()
+		defer ses.Close()
 		var buf []int32
 		for {
 			lo := int(next.Add(chunk)) - chunk
@@ -581,7 +614,7 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) []
 					buf = make([]int32, 0, max(1<<16, len(texts[i])+8))
 				}
 				start := len(buf)
-				buf = t.appendEncode(buf, texts[i], addSpecial, st)
+				buf = ses.AppendEncode(buf, texts[i], addSpecial)
 				out[i] = buf[start:len(buf):len(buf)]
 			}
 		}

@@ -25,6 +25,11 @@ func TestAppendEncodeNoAllocs(t *testing.T) {
 			allocs := testing.AllocsPerRun(50, func() {
 				dst = tok.AppendEncode(dst[:0], s, true)
 			})
+			ses := tok.Session()
+			allocs = max(allocs, testing.AllocsPerRun(50, func() {
+				dst = ses.AppendEncode(dst[:0], s, true)
+			}))
+			ses.Close()
 			// With -tags purego a rewriting normalizer step (prepend,
 			// replace) makes a string of its buffer: a copy each.
 			want := 0
@@ -38,6 +43,44 @@ func TestAppendEncodeNoAllocs(t *testing.T) {
 			if allocs > float64(want) {
 				t.Errorf("%s: AppendEncode(%q) allocates %v times per call, want at most %d", m, s, allocs, want)
 			}
+		}
+	}
+}
+
+// TestSession: a Session's ids are AppendEncode's; it holds one state from
+// the pool until Close (so a run of calls takes no other), gives it back once
+// however often Close is called, and still encodes after Close.
+func TestSession(t *testing.T) {
+	texts := corpusTexts(t)[:corpusStep(400, 100)]
+	for _, m := range models {
+		tok := loadModel(t, m)
+		tok.AppendEncode(nil, "warm", true) // one idle state in the pool
+		free := func() (n int) {
+			for i := range tok.states.shards {
+				n += int(tok.states.shards[i].n.Load())
+			}
+			return n
+		}
+		idle := free()
+		ses := tok.Session()
+		if got := free(); got != idle-1 {
+			t.Fatalf("%s: %d idle states in a Session, want %d", m, got, idle-1)
+		}
+		var got []int32
+		for _, s := range texts {
+			got = ses.AppendEncode(got[:0], s, true)
+			if want := tok.Encode(s, true); !slices.Equal(got, want) {
+				t.Fatalf("%s: Session.AppendEncode(%q) = %v, want %v", m, s, got, want)
+			}
+		}
+		during := free() // tok.Encode's state joined the pool
+		ses.Close()
+		ses.Close()
+		if got := free(); got != during+1 {
+			t.Fatalf("%s: %d idle states after Close, want %d", m, got, during+1)
+		}
+		if got, want := ses.AppendEncode(nil, texts[0], true), tok.Encode(texts[0], true); !slices.Equal(got, want) {
+			t.Fatalf("%s: AppendEncode after Close = %v, want %v", m, got, want)
 		}
 	}
 }

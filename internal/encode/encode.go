@@ -190,18 +190,20 @@ func (e *Encoder) chunk(recs []dataset.Record, samples []int64, first int) ([]sh
 	var text []byte
 	var promptIDs []int32
 	var st Stats
+	ses := e.tok.Session()
+	defer ses.Close()
 	for i := range recs {
 		var promptBytes int
 		text, promptBytes = e.AppendText(text[:0], &recs[i])
 		s := string(text)
 		start := len(arena)
 		arena = append(arena, e.prefix...)
-		arena = e.tok.AppendEncode(arena, s, false)
+		arena = ses.AppendEncode(arena, s, false)
 		arena = append(arena, e.suffix...)
 		prompt := 0
 		if e.c.MaskPrompt {
 			body := arena[start+npre : len(arena)-nsuf]
-			promptIDs = e.tok.AppendEncode(promptIDs[:0], s[:promptBytes], false)
+			promptIDs = ses.AppendEncode(promptIDs[:0], s[:promptBytes], false)
 			k := 0
 			for k < len(promptIDs) && k < len(body) && promptIDs[k] == body[k] {
 				k++
@@ -272,13 +274,15 @@ func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int, 
 	block := min(arenaBlock, total/max(workers, 1)+1) // a small call allocates little
 	err := Parallel(ctx, len(texts), workers, textChunk, func(lo, hi int) error {
 		arena := ar.get()
+		ses := e.tok.Session()
+		defer ses.Close()
 		for i := lo; i < hi; i++ {
 			if n := need(texts[i]); cap(arena)-len(arena) < n {
 				arena = ar.room(n, block)
 			}
 			start := len(arena)
 			arena = append(arena, e.prefix...)
-			arena = e.tok.AppendEncode(arena, texts[i], false)
+			arena = ses.AppendEncode(arena, texts[i], false)
 			arena = append(arena, e.suffix...)
 			if L > 0 {
 				arena = arena[:start+truncate(arena[start:], len(e.prefix), len(e.suffix), L)]
