@@ -79,7 +79,7 @@ type preStage struct {
 func (t *Tokenizer) finish() {
 	// The merges are built (or read); the words are when compiled, else
 	// published again after buildWords.
-	t.model.publishTables()
+	t.model.publishTables(false)
 	// DeepSeek's three Splits have one scanner for all three.
 	for i := 0; i+3 <= len(t.stages); i++ {
 		if t.stages[i].pattern == PatternDeepSeekDigits && t.stages[i+1].pattern == PatternDeepSeekCJK && t.stages[i+2].pattern == PatternDeepSeek {
@@ -106,7 +106,7 @@ func (t *Tokenizer) finish() {
 	if !t.compiled { // the compiled cache has them
 		t.model.buildSelfBPE(len(t.model.vocab.ends) - 1)
 		t.model.buildWords()
-		t.model.publishTables()
+		t.model.publishTables(true)
 	}
 	t.fastDecode = !t.model.charLevel && len(t.decSteps) == 1 && t.decSteps[0].kind == decByteLevel
 	t.special = Special{BOSID: -1, EOSID: -1, PadID: -1, AddBOS: len(t.prefix) > 0, AddEOS: len(t.suffix) > 0}

@@ -2,6 +2,8 @@ package tokenize
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -200,6 +202,7 @@ func TestBPEMergeLoops(t *testing.T) {
 	}
 	for _, m := range models {
 		bm := &loadModel(t, m).model // the merge loops do not read ignoreMerges
+		bm.upgrading.Wait()          // mergeTiny reads the merges' filter (the heap does not)
 		var sc scratch
 		for _, w := range words {
 			ids := bm.initial(&sc, w)
@@ -218,6 +221,59 @@ func TestBPEMergeLoops(t *testing.T) {
 			// appendMerged: mergeTiny from the word's bytes up to tinyWord
 			if got := bm.appendMerged(nil, w, &sc); !slices.Equal(got, heap) {
 				t.Fatalf("%s %q: appendMerged %v, heap %v", m, w, got, heap)
+			}
+		}
+	}
+}
+
+// TestMergeFilter: the merges' filter, built for a parsed tokenizer and by
+// upgradeTables for a compiled one, has every pair of the table (else
+// mergeTiny would miss its merge) and answers no for most absent pairs; the
+// zero filter (before upgradeTables) may have anything.
+func TestMergeFilter(t *testing.T) {
+	var zero mergeFilter
+	if !zero.mayHave(pairKey(1, 2) | mergeUsed) {
+		t.Fatal("the zero filter has no pair")
+	}
+	for _, m := range families {
+		for _, compiled := range []bool{false, true} {
+			tok := loadModel(t, m)
+			if compiled {
+				t.Setenv("FERRY_TOKENIZER_CACHE", t.TempDir())
+				if _, err := Load(filepath.Join(fixtures, m)); err != nil { // writes the cache
+					t.Fatal(err)
+				}
+				var err error
+				if tok, err = Load(filepath.Join(fixtures, m)); err != nil || !tok.compiled {
+					t.Fatalf("%s: Load: %v, compiled %v", m, err, tok != nil && tok.compiled)
+				}
+			}
+			tok.model.upgrading.Wait()
+			ft := tok.model.tables()
+			if len(ft.filter.bits) == 0 {
+				t.Fatalf("%s (compiled %v): no merges filter", m, compiled)
+			}
+			slots := ft.merges.slots
+			for i := 0; i < len(slots); i += 2 {
+				if k := slots[i]; k != 0 && !ft.filter.mayHave(k) {
+					t.Fatalf("%s (compiled %v): the filter lacks pair %#x", m, compiled, k&^mergeUsed)
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			n := int32(tok.VocabSize())
+			absent, set := 0, 0
+			for absent < 100_000 {
+				key := pairKey(rng.Int32N(n), rng.Int32N(n))
+				if _, ok := ft.merges.get(key); ok {
+					continue
+				}
+				absent++
+				if ft.filter.mayHave(key | mergeUsed) {
+					set++
+				}
+			}
+			if set > absent/8 {
+				t.Errorf("%s (compiled %v): %d of %d absent pairs pass the filter", m, compiled, set, absent)
 			}
 		}
 	}
