@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"math/bits"
+	"strings"
 
 	"github.com/ferryml/ferry/tokenize/internal/classify"
 )
@@ -185,14 +186,11 @@ func (b *blockScanner) load(base int) {
 	if n == 64 {
 		c = classify.String(s, base)
 	} else {
-		var buf [64]byte
 		// Past the end reads as white space, which is what the rules need
 		// there (\s+(?!\S) runs to the end of the text); those bits are
 		// cleared below.
+		buf := spaceBlock
 		copy(buf[:], s[base:])
-		for i := n; i < 64; i++ {
-			buf[i] = ' '
-		}
 		c = classify.Array(&buf)
 	}
 	// The classes of the two bytes before the block and of the one after.
@@ -222,6 +220,9 @@ func (b *blockScanner) load(base int) {
 	}
 	b.base, b.starts, b.unknown = base, t&valid, unknown&valid
 }
+
+// spaceBlock is 64 spaces: the start of load's copy of a last, partial block.
+var spaceBlock = [64]byte([]byte(strings.Repeat(" ", 64)))
 
 // neighbours are the classes of the bytes around a block: c1 and c2 the one
 // and two before it (0 at the start of the text), next the one after.
