@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/ferryml/ferry/tokenize/internal/classify"
 )
 
 // cgj is U+034F COMBINING GRAPHEME JOINER. golang.org/x/text writes the
@@ -44,7 +46,7 @@ func normalizeForm(f norm.Form, s string) string {
 // checks ASCII a byte at a time; most non-ASCII text to tokenize is mostly
 // ASCII (and valid: appendEncode has made it so).
 func normalIslands(f norm.Form, s string) bool {
-	for i := asciiLen(s); i < len(s); {
+	for i := classify.ASCIILen(s); i < len(s); {
 		j := i + 1
 		for j < len(s) && s[j] >= utf8.RuneSelf {
 			j++
@@ -54,7 +56,7 @@ func normalIslands(f norm.Form, s string) bool {
 		if run := s[max(i-1, 0):j]; !utf8.ValidString(run) || f.QuickSpanString(run) != len(run) {
 			return false
 		}
-		i = j + asciiLen(s[j:])
+		i = j + classify.ASCIILen(s[j:])
 	}
 	return true
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/ferryml/ferry/tokenize/internal/classify"
 )
 
 // Special describes the special tokens of a tokenizer. IDs are -1 when absent.
@@ -665,23 +667,4 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 }
 
 // isASCII reports whether s is all ASCII.
-func isASCII(s string) bool { return asciiLen(s) == len(s) }
-
-// asciiLen returns the length of the ASCII prefix of s: 32, then 8 bytes at
-// a time.
-func asciiLen(s string) int {
-	i := 0
-	for ; i+32 <= len(s); i += 32 {
-		if (load64(s, i)|load64(s, i+8)|load64(s, i+16)|load64(s, i+24))&0x8080808080808080 != 0 {
-			break
-		}
-	}
-	for ; i+8 <= len(s); i += 8 {
-		if load64(s, i)&0x8080808080808080 != 0 {
-			break
-		}
-	}
-	for ; i < len(s) && s[i] < 0x80; i++ {
-	}
-	return i
-}
+func isASCII(s string) bool { return classify.ASCIILen(s) == len(s) }

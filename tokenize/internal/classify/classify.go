@@ -29,6 +29,32 @@ const (
 	low7 = 0x7f7f7f7f7f7f7f7f
 )
 
+// goASCIILen returns the length of the ASCII prefix of s: 32, then 8 bytes
+// at a time, then byte by byte.
+func goASCIILen(s string) int {
+	i := 0
+	for ; i+32 <= len(s); i += 32 {
+		if (load64(s, i)|load64(s, i+8)|load64(s, i+16)|load64(s, i+24))&high != 0 {
+			break
+		}
+	}
+	for ; i+8 <= len(s); i += 8 {
+		if load64(s, i)&high != 0 {
+			break
+		}
+	}
+	for ; i < len(s) && s[i] < 0x80; i++ {
+	}
+	return i
+}
+
+// load64 reads 8 little-endian bytes of s at i (the compiler merges the loads).
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
 // geq sets the high bit of each byte of x that is >= c (x's bytes < 0x80, c >= 1).
 func geq(x uint64, c byte) uint64 { return (x + (0x80-uint64(c))*ones) & high }
 

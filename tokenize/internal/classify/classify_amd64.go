@@ -14,6 +14,25 @@ import (
 //go:noescape
 func avx2(p *byte, m *Masks)
 
+// asciiBlocks is the ASCII prefix of the n >= 64 bytes at p as far as
+// whole 64-byte blocks tell it (classify_amd64.s): n, or the start of the
+// first block with a byte >= 0x80.
+//
+//go:noescape
+func asciiBlocks(p *byte, n int) int
+
+// ASCIILen returns the length of the ASCII prefix of s: 64 bytes at a time
+// with AVX2 where SIMD, else (and in a block with a byte >= 0x80) goASCIILen.
+func ASCIILen(s string) int {
+	i := 0
+	if SIMD && len(s) >= 64 {
+		if i = asciiBlocks(unsafe.StringData(s), len(s)); i == len(s) {
+			return i
+		}
+	}
+	return i + goASCIILen(s[i:])
+}
+
 // SIMD reports whether String and Array use the SIMD classifier.
 var SIMD = cpu.X86.HasAVX2
 

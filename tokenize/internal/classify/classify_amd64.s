@@ -128,3 +128,41 @@ TEXT ·avx2(SB), NOSPLIT, $0-16
 	MOVQ    R14, 48(AX)
 	MOVQ    R15, 56(AX)
 	RET
+
+// func asciiBlocks(p *byte, n int) int
+//
+// The length of the ASCII prefix of the n bytes at p (n >= 64) as far as
+// 64-byte blocks tell it: n when every byte is below 0x80 (the last block
+// read is the one that ends at n, overlapping the one before), else the
+// start of the first block with a byte >= 0x80 (the caller looks inside).
+TEXT ·asciiBlocks(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ CX, BX
+	ANDQ $~63, BX // the end of the whole blocks
+	XORQ AX, AX
+
+blocks:
+	VMOVDQU   (SI)(AX*1), Y0
+	VPOR      32(SI)(AX*1), Y0, Y0
+	VPMOVMSKB Y0, DX
+	TESTL     DX, DX
+	JNZ       done
+	ADDQ      $64, AX
+	CMPQ      AX, BX
+	JB        blocks
+	CMPQ      AX, CX
+	JEQ       done
+
+	// The last 64 bytes, which end at n.
+	VMOVDQU   -64(SI)(CX*1), Y0
+	VPOR      -32(SI)(CX*1), Y0, Y0
+	VPMOVMSKB Y0, DX
+	TESTL     DX, DX
+	JNZ       done
+	MOVQ      CX, AX
+
+done:
+	VZEROUPPER
+	MOVQ AX, ret+16(FP)
+	RET

@@ -13,3 +13,6 @@ func Array(p *[64]byte) Masks { return Go(p) }
 
 // SIMDArray is Array with the SIMD classifier, for tests (SIMD must be true).
 func SIMDArray(p *[64]byte) Masks { panic("classify: no SIMD classifier in this build") }
+
+// ASCIILen returns the length of the ASCII prefix of s.
+func ASCIILen(s string) int { return goASCIILen(s) }

@@ -132,3 +132,70 @@ func BenchmarkClassify(b *testing.B) {
 		})
 	}
 }
+
+// byteASCIILen is the length of the ASCII prefix of s, byte by byte.
+func byteASCIILen(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// TestASCIILen: ASCIILen (AVX2 where SIMD) and goASCIILen agree with a byte
+// loop on every length up to 300 with no byte >= 0x80, and with one at
+// every position (0x80 and 0xff), also with a second one after it, and at
+// an offset into a larger string (unaligned loads).
+func TestASCIILen(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		want := byteASCIILen(s)
+		if got := ASCIILen(s); got != want {
+			t.Fatalf("ASCIILen(%q) = %d, want %d", s, got, want)
+		}
+		if got := goASCIILen(s); got != want {
+			t.Fatalf("goASCIILen(%q) = %d, want %d", s, got, want)
+		}
+	}
+	base := make([]byte, 340)
+	for i := range base {
+		base[i] = byte('a' + i%26)
+	}
+	for off := range 4 {
+		for n := 0; n <= 300; n++ {
+			b := base[off : off+n]
+			check(string(b))
+			for j := range n {
+				for _, c := range []byte{0x80, 0xff} {
+					x := append([]byte(nil), b...)
+					x[j] = c
+					check(string(x))
+					if j+37 < n {
+						x[j+37] = 0xc3
+						check(string(x))
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzASCIILen: both ASCIILens agree with a byte loop on any string, and on
+// its tails (every alignment).
+func FuzzASCIILen(f *testing.F) {
+	f.Add("### Instruction:\nGive three tips for staying healthy.\n\n### Response:\n1. Eat a balanced diet, ok?")
+	f.Add("東京都は日本の首都です。 It's 2,024 km — ok?")
+	f.Fuzz(func(t *testing.T, s string) {
+		for k := 0; k < len(s) && k < 64; k++ {
+			u := s[k:]
+			want := byteASCIILen(u)
+			if got := ASCIILen(u); got != want {
+				t.Fatalf("ASCIILen(%q) = %d, want %d", u, got, want)
+			}
+			if got := goASCIILen(u); got != want {
+				t.Fatalf("goASCIILen(%q) = %d, want %d", u, got, want)
+			}
+		}
+	})
+}
