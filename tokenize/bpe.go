@@ -476,8 +476,9 @@ func growInt32(s []int32, n int) []int32 {
 }
 
 // state is the per-goroutine working memory of AppendEncode: BPE scratch
-// space and a cache of pre-token -> ids. States live in a sync.Pool, so each
-// running goroutine has its own, without locks.
+// space and a cache of pre-token -> ids. States live in the Tokenizer's
+// statePool, from which each call (or a Session) takes one, so each running
+// goroutine has its own.
 type state struct {
 	scratch
 	cache  *ptCache

@@ -8,7 +8,7 @@ import (
 // ptCache maps pre-tokens (at most maxCachedLen bytes) to their ids. It is
 // an open-addressing table specialised for short keys: a dense array of hash
 // tags to probe, keys and multi-id values in arenas. It is not safe for
-// concurrent use: each goroutine gets its own through a sync.Pool (see state).
+// concurrent use: each goroutine gets its own in a state (see statePool).
 type ptCache struct {
 	// hot is a direct-mapped front table of short keys with one id, sized
 	// to stay in the CPU's L2 cache (1.5 MiB), where slots does not once it

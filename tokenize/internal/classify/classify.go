@@ -5,7 +5,8 @@
 // Where the CPU has AVX2 (amd64, without the purego or noasm tags) the
 // compares are SIMD (classify_amd64.s, about 15 ns a block here); elsewhere
 // they are SWAR in pure Go (eight bytes per uint64, about 95 ns), which is
-// also the reference the SIMD path is tested against.
+// also the reference the SIMD path is tested against. ASCIILen, the length
+// of a text's ASCII prefix, reads 64 bytes at a time the same way.
 package classify
 
 // Masks are the class masks of a block: bit i is byte i. A byte in X is in
