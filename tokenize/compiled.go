@@ -422,7 +422,13 @@ func readCompiled(b []byte, src [32]byte, name string) (*Tokenizer, error) {
 	if <-sum != le.Uint32(b[88:]) {
 		return nil, bad(88, "body checksum mismatch")
 	}
-	return t, err
+	if err != nil {
+		return nil, err
+	}
+	// Only now: upgradeTables reads the tables in b, which Load unmaps
+	// when the file is refused.
+	t.model.upgrading.Go(t.model.upgradeTables)
+	return t, nil
 }
 
 // readCompiledBody reads a body whose checksum checked out: every length,
@@ -541,7 +547,6 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	if _, err := t.build(&f, mt, false); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	t.model.upgrading.Go(t.model.upgradeTables)
 	return t, nil
 }
 

@@ -162,6 +162,45 @@ func refix(b []byte) []byte {
 	return b
 }
 
+// TestCompiledRefusedUnmapped: a compiled file refused for its body's
+// checksum leaves nothing reading its mapping, which Load unmaps then: the
+// tables' upgrade (upgradeTables, which reads the mapped tables) once
+// started before the checksum was known, and faulted after the unmap.
+func TestCompiledRefusedUnmapped(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", cache)
+	if _, err := Load(filepath.Join(fixtures, "qwen2.5")); err != nil { // writes the cache
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(compiledFile(t, cache))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[88] ^= 1 // the body's checksum: the body reads, its sum does not match
+	binary.LittleEndian.PutUint32(b[92:], crc32.Checksum(b[:92], castagnoli))
+	path := filepath.Join(t.TempDir(), "refused.ferrytok")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var src [32]byte
+	copy(src[:], b[16:48])
+	for range 3 {
+		m, mapped, err := le.ReadFile(path, maxCompiledSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok, err := readCompiled(m, src, path); err == nil || !strings.Contains(err.Error(), "body checksum") {
+			t.Fatalf("readCompiled of a body with a wrong checksum: %v, %v", tok != nil, err)
+		}
+		if mapped {
+			if err := le.Unmap(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // a goroutine still reading m faults here
+	}
+}
+
 func TestCompiledCorrupt(t *testing.T) {
 	src := writeTiny(t)
 	cache := t.TempDir()
