@@ -38,10 +38,11 @@ type trie struct {
 	chainEnd, depth, via []int32
 	paths                []string // the contents the nodes were made from
 	lead                 string   // the bytes all tokens start with: candidates are skipped to with Index
-	// With a few tokens, their contents (in toks order), compared directly:
-	// faster than walking the trie when candidates are frequent (Llama-2's
-	// "▁<s>" starts where every word does).
-	few []string
+	content              []string // the tokens' contents, in toks order
+	// With a few tokens, their contents are compared directly: faster
+	// than walking the trie when candidates are frequent (Llama-2's "▁<s>"
+	// starts where every word does).
+	few bool
 }
 
 // fewTokens is the most tokens compared one by one instead of through the trie.
@@ -73,10 +74,10 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 		if t.term[node] < 0 { // the first of equal contents wins
 			t.term[node] = int32(len(t.toks))
 			t.toks = append(t.toks, tok)
-			t.few = append(t.few, s)
+			t.content = append(t.content, s)
 		}
 	}
-	for k, c := range t.few { // all the tokens' contents here
+	for k, c := range t.content {
 		if k == 0 {
 			t.lead = c
 			continue
@@ -87,9 +88,7 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 		}
 		t.lead = t.lead[:n]
 	}
-	if len(t.few) > fewTokens {
-		t.few = nil
-	}
+	t.few = len(t.content) <= fewTokens
 	keys := slices.Sorted(maps.Keys(next)) // by node, then byte
 	t.edgeEnd = make([]int32, len(t.term)+1)
 	for _, k := range keys {
@@ -119,19 +118,26 @@ func newTrie(toks []*addedToken, content func(*addedToken) string) *trie {
 
 func (t *trie) empty() bool { return len(t.toks) == 0 }
 
-// longest returns the longest token that starts s, or nil.
-func (t *trie) longest(s string) (*addedToken, int) {
-	if t.few != nil {
+// longest returns the longest token that starts s, or nil. memo (the
+// caller's, one per trie; 0 at first) is 1 + the index of a token that no
+// other token extends, found before: a text's added tokens are most often
+// the same one (the EOS each prompt ends with), and when such a token
+// starts s no other can be longer, so it is tried before the walk.
+func (t *trie) longest(s string, memo *int32) (*addedToken, int) {
+	if t.few {
 		var best *addedToken
 		bestLen := 0
-		for k, c := range t.few {
+		for k, c := range t.content {
 			if len(c) > bestLen && strings.HasPrefix(s, c) {
 				best, bestLen = t.toks[k], len(c)
 			}
 		}
 		return best, bestLen
 	}
-	node := int32(0)
+	if k := *memo - 1; k >= 0 && strings.HasPrefix(s, t.content[k]) {
+		return t.toks[k], len(t.content[k])
+	}
+	node, bestNode := int32(0), int32(0)
 	var best *addedToken
 	bestLen := 0
 	for i := 0; i < len(s); {
@@ -155,8 +161,12 @@ func (t *trie) longest(s string) (*addedToken, int) {
 			node, i = next, i+1
 		}
 		if k := t.term[node]; k >= 0 {
-			best, bestLen = t.toks[k], i
+			best, bestLen, bestNode = t.toks[k], i, node
 		}
+	}
+	// A token at a node with no edges is extended by none.
+	if best != nil && t.edgeEnd[bestNode] == t.edgeEnd[bestNode+1] {
+		*memo = t.term[bestNode] + 1
 	}
 	return best, bestLen
 }
@@ -197,15 +207,15 @@ type match struct {
 // leftmost-longest non-overlapping matches, then single_word matches that are
 // not whole words are dropped, lstrip takes the white space before the match
 // (not before prev, the end of the previous match) and rstrip the white space
-// after it.
-func (t *trie) find(s string, from, prev int) (match, bool) {
+// after it. memo is longest's.
+func (t *trie) find(s string, from, prev int, memo *int32) (match, bool) {
 	i := from
 	for {
 		i = t.nextCandidate(s, i)
 		if i >= len(s) {
 			return match{}, false
 		}
-		tok, n := t.longest(s[i:])
+		tok, n := t.longest(s[i:], memo)
 		if tok == nil {
 			i++
 			continue

@@ -17,7 +17,8 @@ func TestTrieFind(t *testing.T) {
 		{"aa", "aab"},                            // few, lead "aa"
 	}
 	texts := []string{"", "▁", "▁<", "▁<s", "a▁<s>b▁</s>▁<unk>▁<unk", "▁▁<s>▁<s>", "<|xy|><|x|<s><a><b",
-		"abcabxyzxyq", "aabaaab", "aaa", strings.Repeat("▁<s▁", 10) + "▁<s>"}
+		"abcabxyzxyq", "aabaaab", "aaa", strings.Repeat("▁<s▁", 10) + "▁<s>",
+		"ababcababc", "<|x|><|xy|><|x|><|xy|>"} // longest's memo: a token others extend is never kept
 	for _, set := range sets {
 		for _, s := range texts {
 			checkTrieFind(t, set, s)
@@ -35,8 +36,9 @@ func checkTrieFind(t *testing.T, set []string, s string) {
 	}
 	tr := newTrie(toks, func(a *addedToken) string { return a.Content })
 	var got, want []string
+	var memo int32 // kept from match to match, as a state keeps it
 	for prev := 0; ; {
-		m, ok := tr.find(s, prev, prev)
+		m, ok := tr.find(s, prev, prev, &memo)
 		if !ok {
 			break
 		}

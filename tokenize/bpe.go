@@ -484,7 +484,10 @@ type state struct {
 	cache  *ptCache
 	pcache *ptCache  // spView: words with the "▁" put in front, made on first use
 	nbuf   [2][]byte // normalizeState's buffers
-	home   uint32    // its shard in the statePool
+	// addedMemo is trie.longest's memo for the raw and the normalized
+	// added tokens (rawTrie, normTrie).
+	addedMemo [2]int32
+	home      uint32 // its shard in the statePool
 }
 
 func newState() *state {

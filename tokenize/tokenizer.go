@@ -246,7 +246,7 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, sc *
 	} else {
 		prev := 0
 		for {
-			m, ok := t.rawTrie.find(text, prev, prev)
+			m, ok := t.rawTrie.find(text, prev, prev, &sc.addedMemo[0])
 			if !ok {
 				break
 			}
@@ -302,7 +302,7 @@ func (t *Tokenizer) appendNormalized(dst []int32, seg string, ascii, first bool,
 	}
 	prev := 0
 	for {
-		m, ok := t.normTrie.find(seg, prev, prev)
+		m, ok := t.normTrie.find(seg, prev, prev, &sc.addedMemo[1])
 		if !ok {
 			break
 		}
