@@ -78,8 +78,12 @@ func (m *bpeModel) publishTables(filtered bool) {
 // up to 34 ms). It also builds the merges' filter, which Load leaves out.
 func (m *bpeModel) upgradeTables() {
 	ft := *m.fast.Load()
-	ft.words.slots, ft.words.mem = le.HugeCopy(ft.words.slots)
-	ft.merges.slots, ft.merges.mem = le.HugeCopy(ft.merges.slots)
+	if s, mem := le.HugeCopy(ft.words.slots); mem != nil {
+		ft.words.slots, ft.words.mem = s, mem
+	}
+	if s, mem := le.HugeCopy(ft.merges.slots); mem != nil {
+		ft.merges.slots, ft.merges.mem = s, mem
+	}
 	ft.filter = newMergeFilter(&ft.merges)
 	m.fast.Store(&ft)
 }
