@@ -203,9 +203,10 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) []in
 // A Session is AppendEncode for a run of texts on one goroutine: it holds one
 // working state (the pre-token cache and BPE scratch) from Session to Close,
 // where AppendEncode takes one from the Tokenizer's pool and gives it back on
-// every call (~80 ns of atomic operations, a few percent of a short text's
-// encoding). The ids are AppendEncode's. A Session is not safe for concurrent
-// use; after Close its AppendEncode is the Tokenizer's.
+// every call (about 7 atomic operations: 5-45 ns a call on warm Alpaca
+// prompts here, ~1-2% of one's encoding). The ids are AppendEncode's. A
+// Session is not safe for concurrent use; after Close its AppendEncode is
+// the Tokenizer's.
 type Session struct {
 	t  *Tokenizer
 	st *state
