@@ -279,6 +279,54 @@ func TestMergeFilter(t *testing.T) {
 	}
 }
 
+// TestMergeTableGet holds get to a map of the table's slots: every key of
+// the two models' merges, random pairs, and small tables filled to their
+// load factor with keys that all start at the last slot, so that probes wrap
+// past the end.
+func TestMergeTableGet(t *testing.T) {
+	check := func(name string, mt *mergeTable, want map[uint64]uint64, probes []uint64) {
+		t.Helper()
+		for _, k := range probes {
+			w, in := want[k]
+			if got, ok := mt.get(k); ok != in || got != w {
+				t.Fatalf("%s: get(%#x) = %#x, %v; want %#x, %v", name, k, got, ok, w, in)
+			}
+		}
+	}
+	for _, m := range models {
+		mt := &loadModel(t, m).model.merges
+		want := map[uint64]uint64{}
+		var probes []uint64
+		for i := 0; i < len(mt.slots); i += 2 {
+			if k := mt.slots[i]; k != 0 {
+				want[k&^mergeUsed] = mt.slots[i+1]
+				probes = append(probes, k&^mergeUsed)
+			}
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		for range 100_000 {
+			probes = append(probes, pairKey(rng.Int32N(1<<17), rng.Int32N(1<<17)))
+		}
+		check(m, mt, want, probes)
+	}
+	for n := 1; n <= 12; n++ { // 16 or 32 slots, at most 3/4 full
+		mt := newMergeTable(n)
+		last := uint64(len(mt.slots)/2 - 1)
+		want := map[uint64]uint64{}
+		var probes []uint64
+		for k := uint64(0); len(want) < n; k++ {
+			if mt.index(k|mergeUsed) == last {
+				mt.set(k, k*7+1)
+				want[k] = k*7 + 1
+			}
+			if len(probes) < 4*n {
+				probes = append(probes, k)
+			}
+		}
+		check(fmt.Sprintf("%d keys at the last slot", n), &mt, want, probes)
+	}
+}
+
 // FuzzBPEMergeLoops: the merge loops (mergeTiny up to 16 ids, through the
 // scratch's pair cache, mergeSmall's own loop, the heap) agree on any word,
 // of a byte-level family and of a character-level one, from the ids or from
