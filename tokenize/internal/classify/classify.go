@@ -9,6 +9,8 @@
 // of a text's ASCII prefix, reads 64 bytes at a time the same way.
 package classify
 
+import "github.com/ferryml/ferry/tokenize/internal/bytestr"
+
 // Masks are the class masks of a block: bit i is byte i. A byte in X is in
 // no other mask. U is a subset of L; it is the last field so that the
 // fields before it keep their places.
@@ -31,29 +33,23 @@ const (
 )
 
 // goASCIILen returns the length of the ASCII prefix of s: 32, then 8 bytes
-// at a time, then byte by byte.
+// at a time (bytestr.Load64: each loop's bound keeps its reads in s), then
+// byte by byte.
 func goASCIILen(s string) int {
 	i := 0
 	for ; i+32 <= len(s); i += 32 {
-		if (load64(s, i)|load64(s, i+8)|load64(s, i+16)|load64(s, i+24))&high != 0 {
+		if (bytestr.Load64(s, i)|bytestr.Load64(s, i+8)|bytestr.Load64(s, i+16)|bytestr.Load64(s, i+24))&high != 0 {
 			break
 		}
 	}
 	for ; i+8 <= len(s); i += 8 {
-		if load64(s, i)&high != 0 {
+		if bytestr.Load64(s, i)&high != 0 {
 			break
 		}
 	}
 	for ; i < len(s) && s[i] < 0x80; i++ {
 	}
 	return i
-}
-
-// load64 reads 8 little-endian bytes of s at i (the compiler merges the loads).
-func load64(s string, i int) uint64 {
-	s = s[i : i+8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 // geq sets the high bit of each byte of x that is >= c (x's bytes < 0x80, c >= 1).
