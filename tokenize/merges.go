@@ -30,8 +30,12 @@ func newMergeTable(n int) mergeTable {
 	return mergeTable{slots: slots, shift: uint(64 - bits.TrailingZeros(uint(size))), mem: mem}
 }
 
+// mergeMul hashes a merges key: the top bits of key*mergeMul are its table
+// slot (index) and, three bits longer, its filter bit (mergeFilter.index).
+const mergeMul = 0x9e3779b97f4a7c15
+
 func (t *mergeTable) index(key uint64) uint64 {
-	return (key * 0x9e3779b97f4a7c15) >> t.shift
+	return (key * mergeMul) >> t.shift
 }
 
 // set maps key to val; a key already present takes the new val (the last
@@ -72,7 +76,7 @@ func newMergeFilter(t *mergeTable) mergeFilter {
 
 // index is key's bit (key with mergeUsed, as in the table's slots).
 func (f *mergeFilter) index(key uint64) uint64 {
-	return (key * 0x9e3779b97f4a7c15) >> f.shift
+	return (key * mergeMul) >> f.shift
 }
 
 // mayHave reports whether key (with mergeUsed) may be in the table.
