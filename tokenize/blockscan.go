@@ -108,12 +108,14 @@ func (b *blockScanner) nextSlow(pos int) int {
 }
 
 // past returns the end of the pre-token that starts at s[pos] when it runs
-// past the block loaded (pos in it, or before it with no start or unknown
-// between): the first start of the blocks after, which it loads, or the
-// end of s; scanPreToken's where an unknown comes first.
+// past pos's block: the first start of the blocks after, which it loads
+// (the first may be loaded already), or the end of s; scanPreToken's where
+// an unknown comes first.
 func (b *blockScanner) past(pos int) int {
-	for base := b.base + 64; base < len(b.s); base += 64 {
-		b.load(base)
+	for base := pos&^63 + 64; base < len(b.s); base += 64 {
+		if base != b.base {
+			b.load(base)
+		}
 		if m := b.starts | b.unknown; m != 0 {
 			i := bits.TrailingZeros64(m)
 			if b.unknown>>i&1 != 0 {

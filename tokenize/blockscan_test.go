@@ -232,7 +232,7 @@ func checkAppendBlocks(t *testing.T, tok *Tokenizer, s string) {
 	}
 	st := newState()
 	for round := range 2 { // an empty cache, then a warm one
-		for _, spare := range []int{0, 1, 63, 64, 65, len(s) + 64} {
+		for _, spare := range []int{0, 1, 63, 64, 65, 127, 128, 129, len(s) + 128} { // appendBlocks gives takeWords 128 ids of room
 			dst := append(make([]int32, 0, 3+spare), 7, 8, 9)
 			got := tok.appendBlocks(dst, s, k, st)
 			if !slices.Equal(got[:3], []int32{7, 8, 9}) || !slices.Equal(got[3:], want) {

@@ -7,20 +7,29 @@ import (
 )
 
 // takeWordsGo is appendBlocks' inner loop: it takes the pre-tokens from
-// text[pos] that end at m's bits (m: starts in pos's block), while each is
-// in the first two slots of its word-table probe, and writes their ids to
-// out. It returns pos and m after the ones it took, and how many it took.
-// A function of its own, with no call in it, so that its values stay in
-// registers: in appendBlocks' body, whose other paths call, the compiler
+// text[pos] that end at m's bits (starts in the block at base, which holds
+// pos or follows pos's), then at next's (starts in the block after it),
+// while each is in the first two slots of its word-table probe, and writes
+// their ids to out. So the pre-token that runs past a block is taken in the
+// loop too, where it was a call of its own per block. It returns pos after
+// the ones it took, the starts left (m, or next once m's are all taken),
+// the base of their block and how many it took. A function of its own, with no call in it, so that its values stay
+// in registers: in appendBlocks' body, whose other paths call, the compiler
 // spilled the count and reloaded eight of the outer loop's values each
 // pre-token. On amd64 takeWords is the same loop in assembly
 // (takewords_amd64.s), tested against this one.
 //
 //go:noinline
-func takeWordsGo(words *wordTable, text string, pos int, m uint64, out *[64]int32) (int, uint64, int) {
+func takeWordsGo(words *wordTable, text string, base, pos int, m, next uint64, out *[128]int32) (int, uint64, int, int) {
 	j := 0
-	for m != 0 {
-		n := bits.TrailingZeros64(m) - pos&63
+	for {
+		if m == 0 {
+			if next == 0 {
+				break
+			}
+			m, next, base = next, 0, base+64
+		}
+		n := base + bits.TrailingZeros64(m) - pos
 		if n > 16 {
 			break
 		}
@@ -31,10 +40,10 @@ func takeWordsGo(words *wordTable, text string, pos int, m uint64, out *[64]int3
 				break
 			}
 		}
-		out[j&63] = id
+		out[j&127] = id
 		j++
 		pos += n
 		m &= m - 1
 	}
-	return pos, m, j
+	return pos, m, base, j
 }

@@ -2,30 +2,31 @@
 
 #include "textflag.h"
 
-// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[32][2]uint64, text *byte, pos int, m uint64, out *[64]int32) (int, uint64, int)
+// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[32][2]uint64, text *byte, base, pos int, m, next uint64, out *[128]int32) (int, uint64, int, int)
 //
-// R10 slots, CX shift, R15 masks, SI the block (text + pos&^63), DI the
-// offset in it (pos&63), BX m, R8 the next id's place in out. For each
-// start e = BSF(m) with n = e-off <= 16: a, b are the n bytes at block+off
-// (wordIndex's key, with hashK1 and hashK3), the probe's first slot (home)
-// or the one after (near) must hold a, b and n+1, and its id goes to out.
-// The first pre-token that is longer or in neither slot ends the loop, as
-// in takeWordsGo.
-TEXT ·takeWordsAsm(SB), NOSPLIT, $0-88
+// R10 slots, CX shift, R15 masks, SI m's block (text + base), DI pos's
+// offset from it (pos-base: -64 to -1 when pos is in the block before),
+// BX m, R8 the next id's place in out. For each start e = BSF(m) with
+// n = e-off <= 16: a, b are the n bytes at block+off (wordIndex's key,
+// with hashK1 and hashK3), the probe's first slot (home) or the one after
+// (near) must hold a, b and n+1, and its id goes to out. When m's starts
+// are all taken, next's are: SI moves to the next block, off 64 back. The
+// first pre-token that is longer or in neither slot ends the loop, as in
+// takeWordsGo.
+TEXT ·takeWordsAsm(SB), NOSPLIT, $0-112
 	MOVQ slots+0(FP), R10
 	MOVQ shift+8(FP), CX
 	MOVQ masks+24(FP), R15
-	MOVQ pos+40(FP), DI
-	MOVQ DI, SI
-	ANDQ $~63, SI
+	MOVQ base+40(FP), SI
+	MOVQ pos+48(FP), DI
+	SUBQ SI, DI
 	ADDQ text+32(FP), SI
-	ANDQ $63, DI
-	MOVQ m+48(FP), BX
-	MOVQ out+56(FP), R8
+	MOVQ m+56(FP), BX
+	MOVQ out+72(FP), R8
 
 loop:
 	BSFQ BX, AX                   // AX = e; ZF when m == 0
-	JZ   done
+	JZ   nextblock
 	MOVQ AX, DX
 	SUBQ DI, DX                   // DX = n = e - off, at least 1
 	CMPQ DX, $16
@@ -66,6 +67,16 @@ probe:
 	ANDQ R9, BX                   // m &= m-1
 	JMP  loop
 
+nextblock:
+	// m's starts are all taken: next's, in the block after, if any.
+	MOVQ next+64(FP), BX
+	TESTQ BX, BX
+	JZ   done
+	MOVQ $0, next+64(FP)
+	ADDQ $64, SI
+	SUBQ $64, DI
+	JMP  loop
+
 miss:
 	BTSQ $63, DX                  // CF: near probed already
 	JCS  done
@@ -79,13 +90,13 @@ miss:
 	JMP  probe
 
 done:
-	MOVQ pos+40(FP), R9
-	ANDQ $~63, R9
-	ADDQ R9, DI
-	MOVQ DI, ret+64(FP)
-	MOVQ BX, ret1+72(FP)
-	MOVQ out+56(FP), R9
+	SUBQ text+32(FP), SI          // SI = the block's base
+	MOVQ SI, ret2+96(FP)
+	ADDQ SI, DI
+	MOVQ DI, ret+80(FP)
+	MOVQ BX, ret1+88(FP)
+	MOVQ out+72(FP), R9
 	SUBQ R9, R8
 	SHRQ $2, R8
-	MOVQ R8, ret2+80(FP)
+	MOVQ R8, ret3+104(FP)
 	RET

@@ -3,6 +3,6 @@
 package tokenize
 
 // takeWords is takeWordsGo where there is no assembly version.
-func takeWords(words *wordTable, text string, pos int, m uint64, out *[64]int32) (int, uint64, int) {
-	return takeWordsGo(words, text, pos, m, out)
+func takeWords(words *wordTable, text string, base, pos int, m, next uint64, out *[128]int32) (int, uint64, int, int) {
+	return takeWordsGo(words, text, base, pos, m, next, out)
 }

@@ -8,31 +8,43 @@ import (
 )
 
 // checkTakeWords runs takeWords (assembly on amd64) and takeWordsGo on the
-// same block and fails when they differ in what they take.
-func checkTakeWords(t *testing.T, words *wordTable, text string, pos int, m uint64) (int, uint64, int) {
+// same blocks and fails when they differ in what they take. m and next are
+// starts in pos's block and the next; with none in pos's, next's are given
+// as m, as appendBlocks does.
+func checkTakeWords(t *testing.T, words *wordTable, text string, pos int, m, next uint64) (int, uint64, int, int) {
 	t.Helper()
-	var out, outGo [64]int32
-	p, mm, j := takeWords(words, text, pos, m, &out)
-	pGo, mGo, jGo := takeWordsGo(words, text, pos, m, &outGo)
-	if p != pGo || mm != mGo || j != jGo || !slices.Equal(out[:j], outGo[:jGo]) {
-		t.Fatalf("text %q pos %d m %#x: takeWords %d %#x %v, takeWordsGo %d %#x %v", text, pos, m, p, mm, out[:j], pGo, mGo, outGo[:jGo])
+	base := pos &^ 63
+	if m == 0 && next != 0 {
+		m, next, base = next, 0, base+64
 	}
-	return p, mm, j
+	var out, outGo [128]int32
+	p, mm, mb, j := takeWords(words, text, base, pos, m, next, &out)
+	pGo, mGo, mbGo, jGo := takeWordsGo(words, text, base, pos, m, next, &outGo)
+	if p != pGo || mm != mGo || mb != mbGo || j != jGo || !slices.Equal(out[:j], outGo[:jGo]) {
+		t.Fatalf("text %q pos %d m %#x next %#x: takeWords %d %#x %d %v, takeWordsGo %d %#x %d %v", text, pos, m, next, p, mm, mb, out[:j], pGo, mGo, mbGo, outGo[:jGo])
+	}
+	return p, mm, mb, j
 }
 
-// takeStarts returns the starts that takeWords may be given from pos in
-// pos's block of text: the bits of m above pos, each (but the last) 16
-// bytes from text's end at least, as appendBlocks limits them.
-func takeStarts(text string, pos int, m uint64) uint64 {
+// takeStarts returns the starts that takeWords may be given from pos: the
+// bits of m (starts in pos's block) above pos, then those of next (starts
+// in the block after), each (but the last) 16 bytes from text's end at
+// least, as appendBlocks limits them.
+func takeStarts(text string, pos int, m, next uint64) (uint64, uint64) {
 	base := pos &^ 63
 	m &= ^uint64(0) << (pos & 63) << 1
 	lim := len(text) - 16 - base // the last start that may be read from
 	for k := m; k != 0; k &= k - 1 {
 		if i := bits.TrailingZeros64(k); i > lim {
-			return m & (2<<i - 1) // the first start past lim is the last one
+			return m & (2<<i - 1), 0 // the first start past lim is the last one
 		}
 	}
-	return m
+	for k := next; k != 0; k &= k - 1 {
+		if i := bits.TrailingZeros64(k); 64+i > lim {
+			return m, next & (2<<i - 1)
+		}
+	}
+	return m, next
 }
 
 // TestTakeWords: on the real corpus's pre-tokens, with the starts the block
@@ -47,7 +59,7 @@ func TestTakeWords(t *testing.T) {
 				continue
 			}
 			// The pre-token starts of the whole text, as bits per block.
-			starts := make([]uint64, len(text)/64+1)
+			starts := make([]uint64, len(text)/64+2)
 			for p := 0; p < len(text); {
 				p += scan(scanLlama3, text[p:])
 				if p < len(text) {
@@ -55,20 +67,23 @@ func TestTakeWords(t *testing.T) {
 				}
 			}
 			// From each start (and each block's first byte), as appendBlocks
-			// calls it after a pre-token it did not take.
+			// calls it after a pre-token it did not take, with the next
+			// block's starts and without.
 			for base := 0; base+16 <= len(text); base += 64 {
 				for pos := base; pos < base+64 && pos+16 <= len(text); pos++ {
 					if pos != base && starts[base/64]>>(pos%64)&1 == 0 {
 						continue
 					}
-					m := takeStarts(text, pos, starts[base/64])
-					if m == 0 {
-						continue
-					}
-					_, _, j := checkTakeWords(t, words, text, pos, m)
-					calls++
-					if j > 0 {
-						took++
+					for _, next := range []uint64{0, starts[base/64+1]} {
+						m, next := takeStarts(text, pos, starts[base/64], next)
+						if m|next == 0 {
+							continue
+						}
+						_, _, _, j := checkTakeWords(t, words, text, pos, m, next)
+						calls++
+						if j > 0 {
+							took++
+						}
 					}
 				}
 			}
@@ -103,25 +118,26 @@ func TestTakeWordsNear(t *testing.T) {
 		t.Fatalf("%q is not in slot 0", homeLast[1])
 	}
 	text := homeLast[1] + homeLast[0] + homeLast[1] + strings.Repeat(" ", 20)
-	_, m, j := checkTakeWords(t, &w, text, 0, 1<<2|1<<4|1<<6)
+	_, m, _, j := checkTakeWords(t, &w, text, 0, 1<<2|1<<4|1<<6, 0)
 	if j != 3 || m != 0 {
 		t.Fatalf("took %d (m %#x), want 3", j, m)
 	}
 	// A word in neither slot ends the loop there.
-	_, m, j = checkTakeWords(t, &w, "zz"+text, 0, 1<<2|1<<4)
+	_, m, _, j = checkTakeWords(t, &w, "zz"+text, 0, 1<<2|1<<4, 0)
 	if j != 0 || m != 1<<2|1<<4 {
 		t.Fatalf("took %d (m %#x), want none", j, m)
 	}
 }
 
 // FuzzTakeWords: the assembly loop and takeWordsGo take the same words
-// from any block, starts and position.
+// from any block, starts and position, into the next block too.
 func FuzzTakeWords(f *testing.F) {
-	f.Add("Below is an instruction that describes a task. Write a response that appropriately completes the request.", uint64(0x1122334455667788), uint8(0))
-	f.Add(" the the the the the the the the the the the the the the the the the the the the the", uint64(0x8888888888888888), uint8(3))
-	f.Add("x", uint64(1<<63|1<<17), uint8(16))
-	f.Fuzz(func(t *testing.T, text string, m uint64, pos uint8) {
-		for len(text) < 96 {
+	f.Add("Below is an instruction that describes a task. Write a response that appropriately completes the request.", uint64(0x1122334455667788), uint64(0x8040201008040201), uint8(0))
+	f.Add(" the the the the the the the the the the the the the the the the the the the the the", uint64(0x8888888888888888), uint64(0x1111111111111111), uint8(3))
+	f.Add("x", uint64(1<<63|1<<17), uint64(0), uint8(16))
+	f.Add("x", uint64(0), uint64(1<<2|1<<9), uint8(60))
+	f.Fuzz(func(t *testing.T, text string, m, next uint64, pos uint8) {
+		for len(text) < 160 {
 			text += " a" + text
 		}
 		for _, model := range models {
@@ -131,7 +147,8 @@ func FuzzTakeWords(f *testing.F) {
 				if p+16 > len(text) {
 					continue
 				}
-				checkTakeWords(t, words, text, p, takeStarts(text, p, m))
+				m, next := takeStarts(text, p, m, next)
+				checkTakeWords(t, words, text, p, m, next)
 			}
 		}
 	})

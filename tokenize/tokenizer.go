@@ -380,60 +380,91 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 
 // appendBlocks appends the ids of text split by the block scanner for k
 // (blockScanKind). Its inner loop, takeWords, takes the pre-tokens of one
-// block whose ends the block's masks give, while they are in the first two
-// slots of their word-table probe (single bytes too: a byte with an id is a
-// word of the table, and one branch on the length, which text makes
+// block whose ends the block's masks give, then the one that runs past the
+// block and those of the next block, while they are in the first two slots
+// of their word-table probe (single bytes too: a byte with an id is a word
+// of the table, and one branch on the length, which text makes
 // unpredictable, is gone): it calls nothing and writes ids into dst's spare
 // capacity. Any other short pre-token goes to appendShort (the whole probe,
 // the cache's slots, BPE). The pre-tokens takeWords is not given (near the
 // end of the text, where a key's 16 bytes are not all there, or with no
-// spare capacity) and the one that runs past the block go to appendSpan,
-// with their ends from the masks; anything else (an unknown end, a
-// pre-token of more than 16 bytes) to one step of the general path,
-// blockStep.
+// spare capacity) and the one that runs past the block when takeWords did
+// not take it go to appendSpan, with their ends from the masks; anything
+// else (an unknown end, a pre-token of more than 16 bytes) to one step of
+// the general path, blockStep.
+//
+// The scanner bs may hold the block after pos's (takeWords' next): cur
+// keeps the masks of pos's block, so that neither is loaded twice.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := newBlockScanner(text, k)
 	words := &t.model.tables().words
+	curBase, curStarts, curUnknown := -1, uint64(0), uint64(0)
 	pos := 0
 	for pos < len(text) {
 		base := pos &^ 63
-		if base != bs.base {
-			bs.load(base)
+		if base != curBase {
+			if base != bs.base {
+				bs.load(base)
+			}
+			curBase, curStarts, curUnknown = base, bs.starts, bs.unknown
 		}
 		// The starts after pos before the first unknown one; takeWords
 		// takes the pre-tokens that end at them.
 		above := ^uint64(0) << (pos & 63) << 1
-		u := bs.unknown & above
-		m := bs.starts & above & (u&-u - 1)
+		u := curUnknown & above
+		m := curStarts & above & (u&-u - 1)
 		known := m
-		// Each pre-token's start (pos, then m's bits but the last) must
+		// Room for two blocks' ids; else append's growth, in blockStep.
+		var out *[128]int32
+		if cap(dst)-len(dst) >= 128 {
+			out = (*[128]int32)(dst[len(dst) : len(dst)+128])
+		} else {
+			m = 0
+		}
+		// Each pre-token's start (pos, then the bits but the last) must
 		// be 16 bytes from the end at least: its key's words are read.
-		if lim := len(text) - 16 - base; lim < 63 {
+		lim := len(text) - 16 - base // the last start that may be read, from base
+		var next uint64
+		if lim < 63 {
 			if pos-base > lim {
 				m = 0
 			}
 			m &= 2<<max(lim, 0) - 1
+		} else if u == 0 && out != nil {
+			// No unknown after pos: the pre-token that runs past the
+			// block ends at the next block's first start (lim >= 63: the
+			// text goes on past the block), and takeWords goes on with
+			// that block's starts before its first unknown.
+			if bs.base != base+64 {
+				bs.load(base + 64)
+			}
+			un := bs.unknown
+			next = bs.starts & (un&-un - 1)
+			if lim -= 64; lim < 63 {
+				next &= 2<<max(lim, 0) - 1
+			}
 		}
-		// Room for a block's ids; else append's growth, in blockStep.
-		var out *[64]int32
-		if cap(dst)-len(dst) >= 64 {
-			out = (*[64]int32)(dst[len(dst) : len(dst)+64])
-		} else {
-			m = 0
+		// With no start left in pos's block, takeWords starts with the
+		// next block's (it would switch to them at once: a branch more).
+		mb := base
+		if m == 0 && next != 0 {
+			m, next, mb = next, 0, base+64
 		}
 		var j int
-		pos, m, j = takeWords(words, text, pos, m, out)
+		pos, m, mb, j = takeWords(words, text, mb, pos, m, next, out)
 		dst = dst[:len(dst)+j]
 		if m != 0 {
-			if n := base + bits.TrailingZeros64(m) - pos; n <= 16 {
+			if n := mb + bits.TrailingZeros64(m) - pos; n <= 16 {
 				// Not in the first two slots of its probe.
 				a, b := shortKey(load64(text, pos), load64(text, pos+8), n)
 				dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
 				pos += n
 				continue
 			}
-		}
-		if m == 0 {
+		} else if mb != base {
+			// All taken, into the next block: go on from there.
+			continue
+		} else {
 			// The pre-tokens takeWords was not given (near the end of the
 			// text, or no room in dst) end at the known starts after pos.
 			for m = known &^ (2<<(pos&63) - 1); m != 0; m &= m - 1 {
