@@ -15,7 +15,7 @@ import (
 type bpeModel struct {
 	vocab     vocabIndex // raw bytes -> id, byte-level tokens only
 	byteID    [256]int32 // id of each single byte, -1 when absent
-	merges    mergeTable // left<<32|right -> rank<<32|merged
+	merges    mergeTable // left<<32|right -> order<<32|merged (get)
 	bytePairs []uint64   // byte<<8|byte -> the merge of their ids (noRank<<32: none); nil when charLevel
 	// selfBPE[id]: BPE of id's vocabulary key gives id alone, so that a
 	// pre-token found in the vocabulary with this set needs no BPE (most
@@ -131,8 +131,8 @@ func (m *bpeModel) mergeCached(pc *pairCache, a, b int32) (rank uint32, merged i
 		ft := m.tables()
 		v := mergeAbsent
 		if ft.filter.mayHave(key) {
-			if w, ok := ft.merges.get(key &^ mergeUsed); ok {
-				v = w
+			if w, ok := ft.merges.find(key &^ mergeUsed); ok {
+				v = ft.merges.val(w)
 			}
 		}
 		e[0], e[1] = key, v

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -94,30 +95,73 @@ func TestPTCache(t *testing.T) {
 	}
 }
 
-// TestMergeTable checks the flat merges table against a Go map, a repeated
-// key taking the last value, as buildMerges needs.
+// checkMergeTable holds mt, built from kvs, to what they say: every pair's
+// merged id is that of its last merge, the orders of the pairs compare as
+// the ranks (indices) of their last merges do, and a pair not in kvs is not
+// found. extra are more pairs to look up.
+func checkMergeTable(t *testing.T, name string, mt *mergeTable, kvs []mergeKV, extra []uint64) {
+	t.Helper()
+	last := map[uint64]int{}
+	for i, e := range kvs {
+		last[e.key] = i
+	}
+	prev := int64(-1)
+	for i, e := range kvs {
+		if last[e.key] != i {
+			continue
+		}
+		got, ok := mt.get(e.key)
+		if !ok || int32(uint32(got)) != e.merged || int64(got>>32) <= prev || uint32(got>>32) == noRank {
+			t.Fatalf("%s: merge %d %#x: get %#x %v, want merged %d and an order above %d", name, i, e.key, got, ok, e.merged, prev)
+		}
+		prev = int64(got >> 32)
+	}
+	for _, k := range extra {
+		if _, in := last[k]; in {
+			continue
+		}
+		if got, ok := mt.get(k); ok {
+			t.Fatalf("%s: %#x found (%#x), not a merge", name, k, got)
+		}
+	}
+}
+
+// TestMergeTable checks the merges table against its merges: with merged
+// ids that never decrease along the ranks (kept in the slots) and random
+// ones (aside), repeated pairs (the last counts, as buildMerges needs), the
+// pair of ids 0 and 0 (not an empty slot), and the model's last id.
 func TestMergeTable(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const n = 50000
-	mt := newMergeTable(n)
-	ref := map[uint64]uint64{}
-	for i := range n {
-		k := pairKey(int32(r.IntN(3000)), int32(r.IntN(3000)))
-		mt.set(k, uint64(i))
-		ref[k] = uint64(i)
-	}
-	mt.set(pairKey(0, 0), 7) // key 0 is a real pair, not an empty slot
-	ref[pairKey(0, 0)] = 7
-	for k, v := range ref {
-		if got, ok := mt.get(k); !ok || got != v {
-			t.Fatalf("%x: %d %v, want %d", k, got, ok, v)
+	for _, monotone := range []bool{true, false} {
+		kvs := make([]mergeKV, n)
+		for i := range kvs {
+			kvs[i] = mergeKV{pairKey(int32(r.IntN(3000)), int32(r.IntN(3000))), int32(r.IntN(3000))}
+			if monotone {
+				kvs[i].merged = int32(i / 20)
+			}
 		}
-	}
-	for range 10000 {
-		k := pairKey(int32(3000+r.IntN(1000)), int32(r.IntN(5000)))
-		if _, ok := mt.get(k); ok {
-			t.Fatalf("%x: found, never set", k)
+		kvs = append(kvs, mergeKV{pairKey(0, 0), 2999})
+		if monotone {
+			kvs[n].merged = n / 20
 		}
+		mt, err := newMergeTable(kvs, 4999)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (mt.side == nil) != monotone {
+			t.Fatalf("monotone %v: side %d", monotone, len(mt.side))
+		}
+		var extra []uint64
+		for range 10000 {
+			extra = append(extra, pairKey(int32(3000+r.IntN(1000)), int32(r.IntN(5000))), pairKey(int32(r.IntN(3000)), int32(r.IntN(3000))))
+		}
+		extra = append(extra, pairKey(4999, 0), pairKey(0, 4999), pairKey(4999, 4999))
+		checkMergeTable(t, fmt.Sprintf("monotone %v", monotone), &mt, kvs, extra)
+	}
+	// Ids of more than maxMergeIDBits bits are refused.
+	if _, err := newMergeTable([]mergeKV{{pairKey(1, 1), 2}}, 1<<maxMergeIDBits); err == nil {
+		t.Fatal("ids past maxMergeIDBits taken")
 	}
 }
 

@@ -56,7 +56,8 @@ import (
 //	       next multiple of 8, in this order:
 //	       rest       tokenizer.json with model.vocab and model.merges replaced by null
 //	       scalars    8 u32: vocabSize, nIDs, unkID (-1: none), flags (1 charLevel,
-//	                  2 symCut, 4 selfBPE), vocab index shift, vocab index count, merge table shift, 0
+//	                  2 symCut, 4 selfBPE), vocab index shift, vocab index count, merge table shift,
+//	                  merge table idBits | placeBits<<8
 //	       tokEnds    nIDs+1 u32: id's token (as in tokenizer.json) is tokArena[tokEnds[id]:tokEnds[id+1]]
 //	       tokArena   the tokens, concatenated
 //	       keyEnds    nIDs+1 u32, and
@@ -66,7 +67,10 @@ import (
 //	       vocabSlots u64 each: tag<<32 | id, 0 empty
 //	       byteID     256 i32
 //	       fallbackID 256 i32
-//	       mergeSlots u64 pairs: pair key, rank<<32 | merged id; key 0 empty
+//	       mergeSlots u64 each: 1<<63 | (left<<idBits | right)<<(63-2*idBits) | val; 0 empty
+//	                  (mergeTable: val is the merge's order, merged<<placeBits | place,
+//	                  or an index into mergeSide)
+//	       mergeSide  u32 each: merged ids in rank order, or none (mergeTable.side)
 //	       bytePairs  0 or 65,536 u64
 //	       wordSlots  u64 triples: key a, key b, len(key)+1 | id<<32; 0 0 0 empty
 //	                  (the model's wordTable; 16 empty slots for a character-level one)
@@ -75,10 +79,10 @@ import (
 // these tables, changes: a file of another version is not read.
 const (
 	compiledMagic   = "FERRYTOK"
-	compiledVersion = 3
+	compiledVersion = 4
 	compiledHeader  = 96
 	// maxCompiledSize bounds the cache file read (the largest real one,
-	// gpt-oss's, is about 40 MB; Qwen2.5's 17 MB, Llama-3.1's 20 MB).
+	// gpt-oss's, is about 31 MB; Qwen2.5's 15 MB, Llama-3.1's 16 MB).
 	maxCompiledSize = 1 << 30
 )
 
@@ -246,7 +250,7 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 		flags |= 4
 	}
 	u32s([]uint32{uint32(mt.vocabSize), uint32(len(mt.tokens)), uint32(mt.unkID), flags,
-		uint32(mt.vocab.shift), uint32(mt.vocab.n), uint32(mt.merges.shift), 0})
+		uint32(mt.vocab.shift), uint32(mt.vocab.n), uint32(mt.merges.shift), uint32(mt.merges.idBits) | uint32(mt.merges.placeBits)<<8})
 	ends := make([]uint32, len(mt.tokens)+1)
 	size := 0
 	for id, tok := range mt.tokens {
@@ -288,6 +292,7 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 		u32s(v)
 	}
 	u64s(mt.merges.slots)
+	u32s(mt.merges.side)
 	u64s(mt.bytePairs)
 	u64s(mt.words.slots)
 	h := dst[start : start+compiledHeader]
@@ -446,7 +451,7 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	vocabSize, nIDs, unkID, flags := int(sc[0]), int(sc[1]), int32(sc[2]), sc[3]
 	// Each id costs at least 9 bytes of the file (two ends and a flag byte):
 	// nIDs cannot ask for more memory than the file's size does.
-	if nIDs > len(body)/9 || vocabSize > nIDs || unkID < -1 || int(unkID) >= nIDs || flags > 7 || sc[7] != 0 {
+	if nIDs > len(body)/9 || vocabSize > nIDs || unkID < -1 || int(unkID) >= nIDs || flags > 7 || sc[7] > 0xffff {
 		r.fail("scalars: vocabulary of %d, %d ids, unk %d, flags %d", vocabSize, nIDs, unkID, flags)
 		return nil, r.err
 	}
@@ -463,7 +468,9 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 		ids[k] = r.section("byteID", 4*256, 4)
 	}
 	msOff := r.off
-	ms := r.section("mergeSlots", -1, 16)
+	ms := r.section("mergeSlots", -1, 8)
+	sideOff := r.off
+	side := r.section("mergeSide", -1, 4)
 	bpOff := r.off
 	bp := r.section("bytePairs", -1, 8)
 	ws := r.section("wordSlots", -1, 24)
@@ -476,7 +483,9 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	// The sections are in place. The merge table, most of the file, is
 	// checked beside the rest.
 	mergeErr := make(chan error, 1)
-	go func() { mergeErr <- mt.readMerges(ms, bp, sc[6], nIDs, name, msOff, bpOff) }()
+	go func() {
+		mergeErr <- mt.readMerges(ms, side, bp, sc[6], sc[7], nIDs, name, msOff, sideOff, bpOff)
+	}()
 	var f fileJSON
 	err := json.Unmarshal(rest, &f)
 	if err == nil && (f.Model == nil || f.Model.Vocab != nil || len(f.Model.Merges.pairs) != 0) {
@@ -551,23 +560,38 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 }
 
 // readMerges sets mt.merges and mt.bytePairs from their sections (at
-// offsets msOff and bpOff of the body) after checking them: every filled
-// slot marked used, every id below nIDs, an empty slot to end each probe.
-// It reads only its arguments and mt.charLevel, so it runs beside the rest.
-func (mt *modelTables) readMerges(ms, bp []byte, shift uint32, nIDs int, name string, msOff, bpOff int) error {
+// offsets msOff, sideOff and bpOff of the body) after checking them: the
+// table's bits (params: idBits | placeBits<<8), every filled slot marked
+// used, every id below nIDs, every val an order below 2^32-1 (noRank), an
+// empty slot to end each probe. It reads only its arguments and
+// mt.charLevel, so it runs beside the rest.
+func (mt *modelTables) readMerges(ms, side, bp []byte, shift, params uint32, nIDs int, name string, msOff, sideOff, bpOff int) error {
 	fail := func(off int, format string, args ...any) error {
 		return &CorruptError{Kind: ErrCorrupt, Path: name, Offset: int64(off), What: fmt.Sprintf(format, args...)}
 	}
 	slots := le.Uint64s(ms)
-	n := len(slots) / 2
+	n := len(slots)
 	if n < 16 || n&(n-1) != 0 || uint(shift) != uint(64-bits.TrailingZeros(uint(n))) {
 		return fail(msOff, "mergeSlots: %d slots with shift %d", n, shift)
 	}
-	mt.merges = mergeTable{slots: slots, shift: uint(shift)}
-	empty, maxID, unmarked := checkMergeSlots(slots)
-	if unmarked || empty == 0 || (maxID >= uint32(nIDs) && 2*empty < len(slots)) {
-		return fail(msOff, "mergeSlots: %d empty slots, ids up to %d of %d", empty, maxID, nIDs)
+	t := mergeTable{slots: slots, shift: uint(shift)}
+	t.setBits(uint(params&0xff), uint(params>>8))
+	if len(side) > 0 {
+		t.side = le.Uint32s(side)
 	}
+	if t.idBits < 1 || t.idBits > maxMergeIDBits || bits.Len(uint(nIDs-1)) > int(t.idBits) || t.idBits+t.placeBits > 31 ||
+		(t.side != nil && t.placeBits != 0) || bits.Len(uint(len(t.side))) > int(t.valBits) {
+		return fail(msOff, "mergeSlots: ids of %d bits, places of %d, %d merged ids aside", t.idBits, t.placeBits, len(t.side))
+	}
+	for _, id := range t.side {
+		if id >= uint32(nIDs) {
+			return fail(sideOff, "mergeSide: merged id %d of %d", id, nIDs)
+		}
+	}
+	if empty, ok := t.check(nIDs); !ok || empty == 0 {
+		return fail(msOff, "mergeSlots: %d empty slots; ids and orders valid: %v", empty, ok)
+	}
+	mt.merges = t
 	if len(bp) == 0 {
 		return nil
 	}
@@ -597,19 +621,29 @@ func checkVocabSlots(slots []uint64) (filled int, maxID uint32, untagged bool) {
 	return filled, maxID, bad&1 != 0
 }
 
-// checkMergeSlots returns the number of empty slots of a merge table, the
-// largest id in the filled ones and whether a filled key lacks mergeUsed.
-func checkMergeSlots(slots []uint64) (empty int, maxID uint32, unmarked bool) {
-	var bad uint64
-	for i := 0; i+1 < len(slots); i += 2 {
-		s := slots[i : i+2 : i+2]
-		k, val := s[0], s[1]
-		full := (k | -k) >> 63
-		empty += int(full ^ 1)
-		bad |= full &^ (k >> 63)
-		maxID = max(maxID, uint32(k>>32)&0x7fffffff, uint32(k), uint32(val)&-uint32(full))
+// check returns the number of empty slots of a merge table read from a
+// file, and whether every filled one is marked used, with ids below nIDs
+// and a val below the table's bound: its side's length, else 2^(idBits +
+// placeBits) with a merged id below nIDs. No branches: the slots are
+// megabytes.
+func (t *mergeTable) check(nIDs int) (empty int, ok bool) {
+	vb := t.valBits
+	idMask, valMask := uint64(1)<<t.idBits-1, uint64(1)<<vb-1
+	valLim, idLim := uint64(1)<<(t.idBits+t.placeBits), uint64(nIDs)
+	inline := uint64(1)
+	if t.side != nil {
+		valLim, inline = uint64(len(t.side)), 0
 	}
-	return empty, maxID, bad != 0
+	ge := func(x, lim uint64) uint64 { return (lim - 1 - x) >> 63 } // x >= lim, for lim >= 1 and x, lim < 2^62
+	var bad uint64
+	for _, s := range t.slots {
+		full := (s | -s) >> 63
+		empty += int(full ^ 1)
+		ab := s &^ mergeUsed >> vb
+		v := s & valMask
+		bad |= full & (s>>63 ^ 1 | ge(ab>>t.idBits, idLim) | ge(ab&idMask, idLim) | ge(v, valLim) | inline&ge(v>>t.placeBits, idLim))
+	}
+	return empty, bad == 0
 }
 
 // readCompiledFile returns the bytes of a compiled cache file of at most

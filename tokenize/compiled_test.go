@@ -275,32 +275,40 @@ func TestCompiledCorrupt(t *testing.T) {
 		}, "byte 97"},
 		{"merge slot", func(b []byte) []byte {
 			off := sectionOffset(t, b, 10) // mergeSlots
-			for i := off; ; i += 16 {
-				if le.Uint64(b[i:]) != 0 { // the first filled slot: its merged id out of range
-					le.PutUint32(b[i+8:], 1<<20)
+			idBits := le.Uint32(b[sectionOffset(t, b, 1)+28:]) & 0xff
+			for i := off; ; i += 8 {
+				if s := le.Uint64(b[i:]); s != 0 { // the first filled slot: its val out of range
+					le.PutUint64(b[i:], s|(1<<(63-2*idBits)-1))
 					break
 				}
 			}
 			return refix(b)
 		}, "mergeSlots"},
+		{"merge ids", func(b []byte) []byte {
+			le.PutUint32(b[sectionOffset(t, b, 1)+28:], 30) // scalars: the merge table's ids of 30 bits
+			return refix(b)
+		}, "mergeSlots: ids of 30 bits"},
 		{"full merge table", func(b []byte) []byte {
 			off := sectionOffset(t, b, 10)
 			n := int(le.Uint64(b[off-8:]))
-			for i := off; i < off+n; i += 16 {
+			var filled uint64
+			for i := off; filled == 0; i += 8 {
+				filled = le.Uint64(b[i:])
+			}
+			for i := off; i < off+n; i += 8 {
 				if le.Uint64(b[i:]) == 0 {
-					le.PutUint64(b[i:], mergeUsed|1<<32|2)
-					le.PutUint64(b[i+8:], 5<<32|3)
+					le.PutUint64(b[i:], filled)
 				}
 			}
 			return refix(b)
-		}, "0 empty slots"},
+		}, "0 empty slots; ids and orders valid: true"},
 		{"byte pairs", func(b []byte) []byte {
-			off := sectionOffset(t, b, 11)
+			off := sectionOffset(t, b, 12)
 			le.PutUint64(b[off:], 1<<20)
 			return refix(b)
 		}, "bytePairs"},
 		{"word length", func(b []byte) []byte {
-			off := sectionOffset(t, b, 12) // wordSlots
+			off := sectionOffset(t, b, 13) // wordSlots
 			for i := off + 16; ; i += 24 {
 				if le.Uint64(b[i:]) != 0 { // the first filled slot: a key of 17 bytes
 					le.PutUint32(b[i:], 18)
@@ -310,7 +318,7 @@ func TestCompiledCorrupt(t *testing.T) {
 			return refix(b)
 		}, "wordSlots"},
 		{"word id", func(b []byte) []byte {
-			off := sectionOffset(t, b, 12)
+			off := sectionOffset(t, b, 13)
 			for i := off + 16; ; i += 24 {
 				if le.Uint64(b[i:]) != 0 {
 					le.PutUint32(b[i+4:], 1<<20)
@@ -320,7 +328,7 @@ func TestCompiledCorrupt(t *testing.T) {
 			return refix(b)
 		}, "wordSlots"},
 		{"full word table", func(b []byte) []byte {
-			off := sectionOffset(t, b, 12)
+			off := sectionOffset(t, b, 13)
 			n := int(le.Uint64(b[off-8:]))
 			for i := off + 16; i < off+n; i += 24 {
 				if le.Uint64(b[i:]) == 0 {
@@ -577,5 +585,33 @@ func TestUpgradeTables(t *testing.T) {
 				t.Fatalf("%s: text %d after the upgrade: %d ids differ from %d", m, i, len(got), len(w))
 			}
 		}
+	}
+}
+
+// TestReadMergesSide: readMerges takes a table whose merged ids are aside
+// (ranks and merged ids in different orders) and refuses one with a merged
+// id aside out of range.
+func TestReadMergesSide(t *testing.T) {
+	kvs := []mergeKV{{pairKey(1, 2), 9}, {pairKey(3, 4), 5}, {pairKey(9, 5), 7}}
+	mt, err := newMergeTable(kvs, 9)
+	if err != nil || mt.side == nil {
+		t.Fatalf("newMergeTable: %v, side %v", err, mt.side)
+	}
+	var ms, side []byte
+	for _, s := range mt.slots {
+		ms = binary.LittleEndian.AppendUint64(ms, s)
+	}
+	for _, id := range mt.side {
+		side = binary.LittleEndian.AppendUint32(side, id)
+	}
+	params := uint32(mt.idBits) | uint32(mt.placeBits)<<8
+	var got modelTables
+	if err := got.readMerges(ms, side, nil, uint32(mt.shift), params, 10, "x", 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkMergeTable(t, "read", &got.merges, kvs, []uint64{pairKey(2, 1), pairKey(5, 9)})
+	binary.LittleEndian.PutUint32(side[4:], 10) // a merged id of 10 ids
+	if err := got.readMerges(ms, side, nil, uint32(mt.shift), params, 10, "x", 0, 0, 0); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "mergeSide") {
+		t.Fatalf("a merged id out of range: %v", err)
 	}
 }

@@ -673,7 +673,7 @@ func (t *Tokenizer) parseModel(v *modelJSON, path string, tables *modelTables) e
 	wg.Add(1)
 	go func() { // the merges need only vocab: build them beside the rest
 		defer wg.Done()
-		mergeErr = t.buildMerges(vocab, v.Merges.pairs, path)
+		mergeErr = t.buildMerges(vocab, maxID, v.Merges.pairs, path)
 	}()
 	err := t.buildVocab(toks, ids, maxID, path)
 	wg.Wait()
@@ -751,9 +751,8 @@ func (t *Tokenizer) buildVocab(toks []string, ids []int32, maxID int32, path str
 // buildMerges fills t.model.merges from the merge pairs. The three vocab
 // lookups per merge are most of the work: they run in parallel chunks, and
 // the map is filled after, in merge order.
-func (t *Tokenizer) buildMerges(vocab map[string]int32, pairs [][2]string, path string) error {
-	type kv struct{ k, v uint64 }
-	kvs := make([]kv, len(pairs))
+func (t *Tokenizer) buildMerges(vocab map[string]int32, maxID int32, pairs [][2]string, path string) error {
+	kvs := make([]mergeKV, len(pairs))
 	parts := min(runtime.GOMAXPROCS(0), 4, len(pairs)/16384+1)
 	bad := make([]int, parts) // per part: the first merge with a missing token, or -1
 	var wg sync.WaitGroup
@@ -772,7 +771,7 @@ func (t *Tokenizer) buildMerges(vocab map[string]int32, pairs [][2]string, path 
 					bad[p] = i
 					return
 				}
-				kvs[i] = kv{pairKey(ia, ib), uint64(i)<<32 | uint64(uint32(im))}
+				kvs[i] = mergeKV{pairKey(ia, ib), im}
 			}
 		})
 	}
@@ -782,9 +781,9 @@ func (t *Tokenizer) buildMerges(vocab map[string]int32, pairs [][2]string, path 
 			return corrupt(fmt.Sprintf("%s.merges[%d]", path, i), "merge %q %q: token not in the vocab", pairs[i][0], pairs[i][1])
 		}
 	}
-	merges := newMergeTable(len(pairs))
-	for _, e := range kvs {
-		merges.set(e.k, e.v) // a repeated pair: the last wins, as before
+	merges, err := newMergeTable(kvs, maxID)
+	if err != nil {
+		return corrupt(path+".merges", "%v", err)
 	}
 	t.model.merges = merges
 	return nil

@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -253,9 +254,8 @@ func TestMergeFilter(t *testing.T) {
 			if len(ft.filter.bits) == 0 {
 				t.Fatalf("%s (compiled %v): no merges filter", m, compiled)
 			}
-			slots := ft.merges.slots
-			for i := 0; i < len(slots); i += 2 {
-				if k := slots[i]; k != 0 && !ft.filter.mayHave(k) {
+			for _, s := range ft.merges.slots {
+				if k := ft.merges.pairOf(s); s != 0 && !ft.filter.mayHave(k) {
 					t.Fatalf("%s (compiled %v): the filter lacks pair %#x", m, compiled, k&^mergeUsed)
 				}
 			}
@@ -284,46 +284,52 @@ func TestMergeFilter(t *testing.T) {
 // load factor with keys that all start at the last slot, so that probes wrap
 // past the end.
 func TestMergeTableGet(t *testing.T) {
-	check := func(name string, mt *mergeTable, want map[uint64]uint64, probes []uint64) {
-		t.Helper()
-		for _, k := range probes {
-			w, in := want[k]
-			if got, ok := mt.get(k); ok != in || got != w {
-				t.Fatalf("%s: get(%#x) = %#x, %v; want %#x, %v", name, k, got, ok, w, in)
-			}
-		}
-	}
 	for _, m := range models {
 		mt := &loadModel(t, m).model.merges
 		want := map[uint64]uint64{}
 		var probes []uint64
-		for i := 0; i < len(mt.slots); i += 2 {
-			if k := mt.slots[i]; k != 0 {
-				want[k&^mergeUsed] = mt.slots[i+1]
-				probes = append(probes, k&^mergeUsed)
+		vm := mt.valMask
+		for _, s := range mt.slots {
+			if s != 0 {
+				k := mt.pairOf(s) &^ mergeUsed
+				want[k] = s & vm
+				probes = append(probes, k)
 			}
 		}
 		rng := rand.New(rand.NewPCG(3, 4))
 		for range 100_000 {
 			probes = append(probes, pairKey(rng.Int32N(1<<17), rng.Int32N(1<<17)))
 		}
-		check(m, mt, want, probes)
-	}
-	for n := 1; n <= 12; n++ { // 16 or 32 slots, at most 3/4 full
-		mt := newMergeTable(n)
-		last := uint64(len(mt.slots)/2 - 1)
-		want := map[uint64]uint64{}
-		var probes []uint64
-		for k := uint64(0); len(want) < n; k++ {
-			if mt.index(k|mergeUsed) == last {
-				mt.set(k, k*7+1)
-				want[k] = k*7 + 1
+		for _, k := range probes {
+			v, in := want[k]
+			merged := v >> mt.placeBits
+			if mt.side != nil && in {
+				merged = uint64(mt.side[v])
 			}
-			if len(probes) < 4*n {
-				probes = append(probes, k)
+			got, ok := mt.get(k)
+			if ok != in || ok && (got>>32 != v || uint64(uint32(got)) != merged) {
+				t.Fatalf("%s: get(%#x) = %#x, %v; want order %#x, %v", m, k, got, ok, v, in)
 			}
 		}
-		check(fmt.Sprintf("%d keys at the last slot", n), &mt, want, probes)
+	}
+	for n := 1; n <= 12; n++ { // 16 or 32 slots, at most 3/4 full
+		size := 1 << max(4, bits.Len(uint(n+n/3)))
+		shift := 64 - bits.TrailingZeros(uint(size))
+		var kvs []mergeKV
+		var extra []uint64
+		for k := uint64(0); len(kvs) < n; k++ {
+			if (k|mergeUsed)*mergeMul>>shift == uint64(size-1) {
+				kvs = append(kvs, mergeKV{k, int32(len(kvs))})
+			}
+			if len(extra) < 4*n {
+				extra = append(extra, k)
+			}
+		}
+		mt, err := newMergeTable(kvs, 1<<16)
+		if err != nil || len(mt.slots) != size {
+			t.Fatalf("%d keys: %d slots, %v", n, len(mt.slots), err)
+		}
+		checkMergeTable(t, fmt.Sprintf("%d keys at the last slot", n), &mt, kvs, extra)
 	}
 }
 
