@@ -185,7 +185,7 @@ func newMergeFilter(t *mergeTable) mergeFilter {
 
 // index is key's bit (key with mergeUsed, as in the table's slots).
 func (f *mergeFilter) index(key uint64) uint64 {
-	return (key * mergeMul) >> f.shift
+	return (key * mergeMul) >> (f.shift & 63)
 }
 
 // mayHave reports whether key (with mergeUsed) may be in the table.
@@ -221,7 +221,7 @@ func (t *mergeTable) find(key uint64) (uint64, bool) {
 // val is get's result for the val v of a slot: order<<32 | merged id.
 func (t *mergeTable) val(v uint64) uint64 {
 	if t.side == nil {
-		return v<<32 | v>>t.placeBits
+		return v<<32 | v>>(t.placeBits&63)
 	}
 	return t.sideVal(v)
 }
