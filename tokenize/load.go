@@ -782,8 +782,8 @@ func (t *Tokenizer) buildMerges(vocab map[string]int32, maxID int32, pairs [][2]
 		}
 	}
 	merges, err := newMergeTable(kvs, maxID)
-	if err != nil {
-		return corrupt(path+".merges", "%v", err)
+	if err != nil { // a vocabulary or merges larger than the table holds
+		return unsupported(path+".merges", "%v", err)
 	}
 	t.model.merges = merges
 	return nil
