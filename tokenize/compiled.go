@@ -579,7 +579,7 @@ func (mt *modelTables) readMerges(ms, side, bp []byte, shift, params uint32, nID
 	if len(side) > 0 {
 		t.side = le.Uint32s(side)
 	}
-	if t.idBits < 1 || t.idBits > maxMergeIDBits || bits.Len(uint(nIDs-1)) > int(t.idBits) || t.idBits+t.placeBits > 31 ||
+	if t.idBits < 1 || t.idBits > maxMergeIDBits || nIDs > 0 && bits.Len(uint(nIDs-1)) > int(t.idBits) || t.idBits+t.placeBits > 31 ||
 		(t.side != nil && t.placeBits != 0) || bits.Len(uint(len(t.side))) > int(t.valBits) {
 		return fail(msOff, "mergeSlots: ids of %d bits, places of %d, %d merged ids aside", t.idBits, t.placeBits, len(t.side))
 	}
