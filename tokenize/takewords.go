@@ -13,11 +13,12 @@ import (
 // their ids to out. So the pre-token that runs past a block is taken in the
 // loop too, where it was a call of its own per block. It returns pos after
 // the ones it took, the starts left (m, or next once m's are all taken),
-// the base of their block and how many it took. A function of its own, with no call in it, so that its values stay
-// in registers: in appendBlocks' body, whose other paths call, the compiler
-// spilled the count and reloaded eight of the outer loop's values each
-// pre-token. On amd64 takeWords is the same loop in assembly
-// (takewords_amd64.s), tested against this one.
+// the base of their block and how many it took. A function of its own,
+// with no call in it, so that its values stay in registers: in
+// appendBlocks' body, whose other paths call, the compiler spilled the
+// count and reloaded eight of the outer loop's values each pre-token. On
+// amd64 takeWords is the same loop in assembly (takewords_amd64.s), tested
+// against this one.
 //
 //go:noinline
 func takeWordsGo(words *wordTable, text string, base, pos int, m, next uint64, out *[128]int32) (int, uint64, int, int) {
