@@ -166,16 +166,31 @@ func TestMergeTable(t *testing.T) {
 }
 
 // probeDistance is the number of slots past its first where the short key
-// a, b of n bytes is in w (-1: not in it), from w's slots alone.
+// a, b of n bytes is in w (-1: not in it), from w's slots alone (its long
+// ones for more than shortWord bytes).
 func probeDistance(w *wordTable, a, b uint64, n int) int {
-	size := uint64(len(w.slots) / 3)
-	h := wordIndex(a, b, n) >> w.shift
+	if n > shortWord {
+		size := uint64(len(w.long) / 3)
+		h := wordIndex(a, b, n) >> w.longShift
+		for d := uint64(0); d < size; d++ {
+			s := w.long[3*((h+d)%size):]
+			if s[2] == 0 {
+				return -1
+			}
+			if s[0] == a && s[1] == b && uint32(s[2]) == uint32(n+1) {
+				return int(d)
+			}
+		}
+		return -1
+	}
+	size := uint64(len(w.slots) / 2)
+	h := shortIndex(a, wordTag(b, n)) >> w.shift
 	for d := uint64(0); d < size; d++ {
-		s := w.slots[3*((h+d)%size):]
-		if s[2] == 0 {
+		s := w.slots[2*((h+d)%size):]
+		if s[1] == 0 {
 			return -1
 		}
-		if s[0] == a && s[1] == b && uint32(s[2]) == uint32(n+1) {
+		if s[0] == a && uint32(s[1]) == uint32(b) && uint8(s[1]>>32) == uint8(n+1) {
 			return int(d)
 		}
 	}
@@ -192,13 +207,13 @@ func TestWordTable(t *testing.T) {
 		t.Run(fam, func(t *testing.T) {
 			m := &loadModel(t, fam).model
 			if m.charLevel {
-				if m.words.n != 0 || len(m.words.slots) != 3*minWordSlots {
-					t.Fatalf("a character-level model: %d words in %d slots, want none in %d", m.words.n, len(m.words.slots)/3, minWordSlots)
+				if m.words.n != 0 || len(m.words.slots) != 2*minWordSlots || len(m.words.long) != 3*minWordSlots {
+					t.Fatalf("a character-level model: %d words in %d and %d slots, want none in %d", m.words.n, len(m.words.slots)/2, len(m.words.long)/3, minWordSlots)
 				}
 				return
 			}
 			var sc scratch
-			words, checked, nears := 0, 0, 0
+			words, checked, nears, longs := 0, 0, 0, 0
 			for id := 0; id+1 < len(m.vocab.ends); id++ {
 				k := m.vocab.key(uint32(id))
 				if len(k) == 0 || len(k) > 16 {
@@ -207,11 +222,13 @@ func TestWordTable(t *testing.T) {
 				checked++
 				a, b := keyOf(k)
 				got, ok := m.words.find(a, b, len(k))
-				// home and near find a key at probe 0 and 1, and only there.
+				// home and near find a key of up to shortWord bytes at probe
+				// 0 and 1, and only there; a longer one never.
 				d := probeDistance(&m.words, a, b, len(k))
 				hid, hok := m.words.home(a, b, len(k))
 				nid, nok := m.words.near(a, b, len(k))
-				if hok != (ok && d == 0) || nok != (ok && d == 1) || hok && hid != got || nok && nid != got {
+				short := len(k) <= shortWord
+				if hok != (ok && short && d == 0) || nok != (ok && short && d == 1) || hok && hid != got || nok && nid != got {
 					t.Fatalf("id %d %q at probe %d: home %v (%d), near %v (%d), find %v (%d)", id, k, d, hok, hid, nok, nid, ok, got)
 				}
 				if nok {
@@ -225,6 +242,9 @@ func TestWordTable(t *testing.T) {
 				}
 				if ok {
 					words++
+					if !short {
+						longs++
+					}
 				}
 				for _, o := range []string{k + "\x00", k[:len(k)-1]} {
 					if len(o) == 0 || len(o) > 16 {
@@ -238,10 +258,10 @@ func TestWordTable(t *testing.T) {
 					}
 				}
 			}
-			if words != m.words.n || words < checked/2 || nears == 0 {
-				t.Fatalf("%d words of %d keys checked (%d at their second probe), the table holds %d", words, checked, nears, m.words.n)
+			if words != m.words.n || words < checked/2 || nears == 0 || longs == 0 {
+				t.Fatalf("%d words of %d keys checked (%d at their second probe, %d longer than shortWord), the table holds %d", words, checked, nears, longs, m.words.n)
 			}
-			t.Logf("%d of %d keys of 1 to 16 bytes (%d at their second probe), %d slots", words, checked, nears, len(m.words.slots)/3)
+			t.Logf("%d of %d keys of 1 to 16 bytes (%d at their second probe, %d longer than shortWord), %d and %d slots", words, checked, nears, longs, len(m.words.slots)/2, len(m.words.long)/3)
 		})
 	}
 }

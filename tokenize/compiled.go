@@ -72,14 +72,17 @@ import (
 //	                  or an index into mergeSide)
 //	       mergeSide  u32 each: merged ids in rank order, or none (mergeTable.side)
 //	       bytePairs  0 or 65,536 u64
-//	       wordSlots  u64 triples: key a, key b, len(key)+1 | id<<32; 0 0 0 empty
-//	                  (the model's wordTable; 16 empty slots for a character-level one)
+//	       wordSlots  u64 pairs: key a, key b | len(key)+1<<32 | id<<40; second word 0
+//	                  empty (the model's wordTable: keys of 1 to 12 bytes; 16 empty
+//	                  slots for a character-level model)
+//	       wordLong   u64 triples: key a, key b, len(key)+1 | id<<32; third word 0
+//	                  empty (the wordTable's keys of 13 to 16 bytes; at least 16 slots)
 //
 // compiledVersion changes whenever the layout, or what Load builds into
 // these tables, changes: a file of another version is not read.
 const (
 	compiledMagic   = "FERRYTOK"
-	compiledVersion = 4
+	compiledVersion = 5
 	compiledHeader  = 96
 	// maxCompiledSize bounds the cache file read (the largest real one,
 	// gpt-oss's, is about 31 MB; Qwen2.5's 15 MB, Llama-3.1's 16 MB).
@@ -295,6 +298,7 @@ func appendCompiled(dst []byte, src [32]byte, sha string, rest []byte, mt *model
 	u32s(mt.merges.side)
 	u64s(mt.bytePairs)
 	u64s(mt.words.slots)
+	u64s(mt.words.long)
 	h := dst[start : start+compiledHeader]
 	le.PutUint64(h[80:], uint64(len(dst)-body))
 	le.PutUint32(h[88:], crc32.Checksum(dst[body:], castagnoli))
@@ -473,7 +477,8 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 	side := r.section("mergeSide", -1, 4)
 	bpOff := r.off
 	bp := r.section("bytePairs", -1, 8)
-	ws := r.section("wordSlots", -1, 24)
+	ws := r.section("wordSlots", -1, 16)
+	wl := r.section("wordLong", -1, 24)
 	if r.err == nil && r.off != len(body) {
 		r.fail("%d bytes after the last section", len(body)-r.off)
 	}
@@ -525,17 +530,22 @@ func readCompiledBody(body []byte, sha, name string) (*Tokenizer, error) {
 		r.fail("vocabSlots: %d of %d slots filled, %d keys; tags and ids valid: %v", filled, len(v.slots), v.n, !tags && (filled == 0 || int(maxID) < nIDs))
 	}
 	mt.vocab = v
-	mt.words = wordTable{slots: le.Uint64s(ws)}
-	if n := len(mt.words.slots) / 3; n < minWordSlots || n&(n-1) != 0 {
-		r.fail("wordSlots: %d slots, want a power of two, at least %d", n, minWordSlots)
+	mt.words = wordTable{slots: le.Uint64s(ws), long: le.Uint64s(wl)}
+	n, nl := len(mt.words.slots)/2, len(mt.words.long)/3
+	if n < minWordSlots || n&(n-1) != 0 || nl < minWordSlots || nl&(nl-1) != 0 {
+		r.fail("wordSlots, wordLong: %d and %d slots, want powers of two, at least %d", n, nl, minWordSlots)
 	} else {
-		mt.words.shift = uint(64 - bits.TrailingZeros(uint(n)))
-		mt.words.mask = uint64(n - 1)
+		mt.words.shift, mt.words.mask = uint(64-bits.TrailingZeros(uint(n))), uint64(n-1)
+		mt.words.longShift, mt.words.longMask = uint(64-bits.TrailingZeros(uint(nl))), uint64(nl-1)
 		filled, maxID, badLen := checkWordSlots(mt.words.slots)
+		lfilled, lmaxID, lbadLen := checkLongWordSlots(mt.words.long)
 		if badLen || filled >= n || (filled > 0 && int(maxID) >= nIDs) || (filled > 0 && mt.charLevel) {
 			r.fail("wordSlots: %d of %d slots filled; lengths and ids valid: %v", filled, n, !badLen && (filled == 0 || int(maxID) < nIDs))
 		}
-		mt.words.n = filled
+		if lbadLen || lfilled >= nl || (lfilled > 0 && int(lmaxID) >= nIDs) || (lfilled > 0 && mt.charLevel) {
+			r.fail("wordLong: %d of %d slots filled; lengths and ids valid: %v", lfilled, nl, !lbadLen && (lfilled == 0 || int(lmaxID) < nIDs))
+		}
+		mt.words.n = filled + lfilled
 	}
 	for k, dst := range []*[256]int32{&mt.byteID, &mt.fallbackID} {
 		for i, x := range le.CopyUint32s(ids[k]) {

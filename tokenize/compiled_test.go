@@ -309,9 +309,9 @@ func TestCompiledCorrupt(t *testing.T) {
 		}, "bytePairs"},
 		{"word length", func(b []byte) []byte {
 			off := sectionOffset(t, b, 13) // wordSlots
-			for i := off + 16; ; i += 24 {
-				if le.Uint64(b[i:]) != 0 { // the first filled slot: a key of 17 bytes
-					le.PutUint32(b[i:], 18)
+			for i := off + 8; ; i += 16 {
+				if le.Uint64(b[i:]) != 0 { // the first filled slot: a key of 13 bytes
+					b[i+4] = shortWord + 2
 					break
 				}
 			}
@@ -319,9 +319,9 @@ func TestCompiledCorrupt(t *testing.T) {
 		}, "wordSlots"},
 		{"word id", func(b []byte) []byte {
 			off := sectionOffset(t, b, 13)
-			for i := off + 16; ; i += 24 {
+			for i := off + 8; ; i += 16 {
 				if le.Uint64(b[i:]) != 0 {
-					le.PutUint32(b[i+4:], 1<<20)
+					b[i+7] |= 0x10 // id 1<<20 at least
 					break
 				}
 			}
@@ -330,13 +330,37 @@ func TestCompiledCorrupt(t *testing.T) {
 		{"full word table", func(b []byte) []byte {
 			off := sectionOffset(t, b, 13)
 			n := int(le.Uint64(b[off-8:]))
-			for i := off + 16; i < off+n; i += 24 {
+			for i := off + 8; i < off+n; i += 16 {
 				if le.Uint64(b[i:]) == 0 {
-					le.PutUint64(b[i:], 1<<32|3)
+					le.PutUint64(b[i:], 3<<32|1<<40)
 				}
 			}
 			return refix(b)
 		}, "wordSlots"},
+		{"long word length", func(b []byte) []byte {
+			off := sectionOffset(t, b, 14) // wordLong: a key of 12 bytes
+			le.PutUint64(b[off+16:], shortWord+1|1<<32)
+			return refix(b)
+		}, "wordLong"},
+		{"long word id", func(b []byte) []byte {
+			off := sectionOffset(t, b, 14)
+			le.PutUint64(b[off+16:], shortWord+2|1<<52)
+			return refix(b)
+		}, "wordLong"},
+		{"full long word table", func(b []byte) []byte {
+			off := sectionOffset(t, b, 14)
+			n := int(le.Uint64(b[off-8:]))
+			for i := off + 16; i < off+n; i += 24 {
+				le.PutUint64(b[i:], shortWord+2|1<<32)
+			}
+			return refix(b)
+		}, "wordLong"},
+		{"long word slots", func(b []byte) []byte {
+			off := sectionOffset(t, b, 14)
+			n := int(le.Uint64(b[off-8:]))
+			le.PutUint64(b[off-8:], uint64(n-24)) // 15 slots
+			return refix(append(b[:off+n-24], b[off+n:]...))
+		}, "and 15 slots, want powers of two"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

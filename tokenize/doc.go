@@ -88,7 +88,8 @@
 // short pre-token (a key of its length and two masked words read from the
 // text) up in the model's word table: every vocabulary word of up to 16
 // bytes that BPE leaves whole (with ignore_merges, every one), its key
-// inline, 24-byte slots probed from the first inline (with the block
+// inline, 16-byte slots for keys of up to 12 bytes (24-byte ones for the
+// few longer) probed from the first inline (with the block
 // scanner, by an inner loop over a block's known starts that calls nothing
 // and writes ids into dst's spare capacity, appendBlocks). A word is found
 // there before it was ever seen, so most new words of a cold pass cost no

@@ -2,18 +2,21 @@
 
 #include "textflag.h"
 
-// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[32][2]uint64, text *byte, base, pos int, m, next uint64, out *[128]int32) (int, uint64, int, int)
+// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[17][4]uint64, text *byte, base, pos int, m, next uint64, out *[128]int32, long *uint64, longShift uint64) (int, uint64, int, int)
 //
 // R10 slots, CX shift, R15 masks, SI m's block (text + base), DI pos's
 // offset from it (pos-base: -64 to -1 when pos is in the block before),
 // BX m, R8 the next id's place in out. For each start e = BSF(m) with
-// n = e-off <= 16: a, b are the n bytes at block+off (wordIndex's key,
-// with hashK1 and hashK3), the probe's first slot (home) or the one after
-// (near) must hold a, b and n+1, and its id goes to out. When m's starts
-// are all taken, next's are: SI moves to the next block, off 64 back. The
-// first pre-token that is longer or in neither slot ends the loop, as in
-// takeWordsGo.
-TEXT ·takeWordsAsm(SB), NOSPLIT, $0-112
+// n = e-off <= 12 (shortWord): a, b are the n bytes at block+off, the tag
+// is b | n+1<<32 (wordTag, from masks), the home slot's index is
+// shortIndex's (hashK1, hashK3), and that slot or the one after (near)
+// must hold a and the tag in the low 40 bits of its second word, whose top
+// 24 are the id that goes to out. A pre-token of 13 to 16 bytes must be in
+// its home slot of long (wordIndex, triples: a, b, n+1 | id<<32). When m's
+// starts are all taken, next's are: SI moves to the next block, off 64
+// back. The first pre-token that is longer or in neither slot ends the
+// loop, as in takeWordsGo.
+TEXT ·takeWordsAsm(SB), NOSPLIT, $0-128
 	MOVQ slots+0(FP), R10
 	MOVQ shift+8(FP), CX
 	MOVQ masks+24(FP), R15
@@ -29,10 +32,64 @@ loop:
 	JZ   nextblock
 	MOVQ AX, DX
 	SUBQ DI, DX                   // DX = n = e - off, at least 1
+	CMPQ DX, $12
+	JA   longer
+	SHLQ $5, DX
+	MOVQ (SI)(DI*1), R13
+	ANDQ (R15)(DX*1), R13         // R13 = a
+	MOVQ 8(SI)(DI*1), R14
+	ANDQ 8(R15)(DX*1), R14
+	ORQ  16(R15)(DX*1), R14       // R14 = the tag
+	MOVQ $0xa0761d6478bd642f, R12 // hashK1
+	IMULQ R13, R12
+	MOVQ $0x8ebc6af09c88c6e3, R9  // hashK3
+	IMULQ R14, R9
+	XORQ R12, R9
+	SHRQ CX, R9                   // R9 = the home slot's index
+	SHLQ $4, R9
+	ADDQ R10, R9                  // R9 = &slots[2*index]
+	MOVQ (R9), R11
+	XORQ R13, R11
+	MOVQ 8(R9), R12
+	XORQ R14, R12
+	SHLQ $24, R12                 // the id's bits out
+	ORQ  R12, R11
+	JNZ  near
+
+take:
+	MOVQ 8(R9), R12
+	SHRQ $40, R12                 // the id
+	MOVL R12, (R8)
+	ADDQ $4, R8
+	MOVQ AX, DI                   // off = e
+	LEAQ -1(BX), R12
+	ANDQ R12, BX                  // m &= m-1
+	JMP  loop
+
+near:
+	// The slot after home, the first again past the last.
+	MOVQ mask+16(FP), R12
+	INCQ R12
+	SHLQ $4, R12
+	ADDQ R10, R12                 // R12 = the end of slots
+	ADDQ $16, R9
+	CMPQ R9, R12
+	CMOVQEQ R10, R9
+	MOVQ (R9), R11
+	XORQ R13, R11
+	MOVQ 8(R9), R12
+	XORQ R14, R12
+	SHLQ $24, R12
+	ORQ  R12, R11
+	JNZ  done
+	JMP  take
+
+longer:
+	// 13 to 16 bytes: the home slot of long.
 	CMPQ DX, $16
 	JA   done
 	MOVQ DX, R12
-	SHLQ $4, R12
+	SHLQ $5, R12
 	MOVQ (SI)(DI*1), R13
 	ANDQ (R15)(R12*1), R13        // R13 = a
 	MOVQ 8(SI)(DI*1), R14
@@ -44,27 +101,28 @@ loop:
 	MOVQ $0x8ebc6af09c88c6e3, R11 // hashK3
 	IMULQ R11, R9
 	XORQ R12, R9
+	MOVQ longShift+88(FP), CX
 	SHRQ CX, R9                   // R9 = the home slot's index
-	LEAQ (R9)(R9*2), R12
-	LEAQ (R10)(R12*8), R12        // R12 = &slots[3*index]
-	INCQ DX                       // DX = n+1; bit 63: near probed
-
-probe:
-	MOVQ (R12), R11
+	MOVQ shift+8(FP), CX
+	LEAQ (R9)(R9*2), R9
+	SHLQ $3, R9
+	ADDQ long+80(FP), R9          // R9 = &long[3*index]
+	INCQ DX                       // n+1
+	MOVQ (R9), R11
 	XORQ R13, R11
-	MOVQ 8(R12), R9
-	XORQ R14, R9
-	ORQ  R9, R11
-	MOVL 16(R12), R9
-	XORL DX, R9
-	ORQ  R9, R11
-	JNZ  miss
-	MOVL 20(R12), R9              // the id
-	MOVL R9, (R8)
+	MOVQ 8(R9), R12
+	XORQ R14, R12
+	ORQ  R12, R11
+	MOVL 16(R9), R12
+	XORL DX, R12
+	ORQ  R12, R11
+	JNZ  done
+	MOVL 20(R9), R12              // the id
+	MOVL R12, (R8)
 	ADDQ $4, R8
 	MOVQ AX, DI                   // off = e
-	LEAQ -1(BX), R9
-	ANDQ R9, BX                   // m &= m-1
+	LEAQ -1(BX), R12
+	ANDQ R12, BX                  // m &= m-1
 	JMP  loop
 
 nextblock:
@@ -77,26 +135,14 @@ nextblock:
 	SUBQ $64, DI
 	JMP  loop
 
-miss:
-	BTSQ $63, DX                  // CF: near probed already
-	JCS  done
-	// The slot after home (near), the first again past the last.
-	MOVQ mask+16(FP), R9
-	LEAQ 3(R9)(R9*2), R9          // 3 * the number of slots
-	LEAQ (R10)(R9*8), R9          // R9 = the end of slots
-	ADDQ $24, R12
-	CMPQ R12, R9
-	CMOVQEQ R10, R12
-	JMP  probe
-
 done:
 	SUBQ text+32(FP), SI          // SI = the block's base
-	MOVQ SI, ret2+96(FP)
+	MOVQ SI, ret2+112(FP)
 	ADDQ SI, DI
-	MOVQ DI, ret+80(FP)
-	MOVQ BX, ret1+88(FP)
+	MOVQ DI, ret+96(FP)
+	MOVQ BX, ret1+104(FP)
 	MOVQ out+72(FP), R9
 	SUBQ R9, R8
 	SHRQ $2, R8
-	MOVQ R8, ret3+104(FP)
+	MOVQ R8, ret3+120(FP)
 	RET

@@ -98,14 +98,14 @@ func TestTakeWords(t *testing.T) {
 // TestTakeWordsNear: a word displaced to the slot after its home, also past
 // the table's last slot (the probe wraps to the first), is taken.
 func TestTakeWordsNear(t *testing.T) {
-	w := newWordTable(4) // 16 slots
-	last := uint64(len(w.slots)/3 - 1)
+	w := newWordTable(4, 0) // 16 slots
+	last := uint64(len(w.slots)/2 - 1)
 	// Two words whose home is the last slot: the second goes to slot 0.
 	var homeLast []string
 	for c := 0; c < 1<<16 && len(homeLast) < 2; c++ {
 		k := string([]byte{byte(c), byte(c >> 8)})
 		a, b := keyOf(k)
-		if wordIndex(a, b, 2)>>w.shift == last {
+		if shortIndex(a, wordTag(b, 2))>>w.shift == last {
 			homeLast = append(homeLast, k)
 		}
 	}
@@ -114,7 +114,7 @@ func TestTakeWordsNear(t *testing.T) {
 	}
 	w.insert(homeLast[0], 7)
 	w.insert(homeLast[1], 9)
-	if a, b := keyOf(homeLast[1]); w.slots[0] != a || w.slots[1] != b {
+	if a, b := keyOf(homeLast[1]); w.slots[0] != a || w.slots[1] != wordTag(b, 2)|9<<40 {
 		t.Fatalf("%q is not in slot 0", homeLast[1])
 	}
 	text := homeLast[1] + homeLast[0] + homeLast[1] + strings.Repeat(" ", 20)
@@ -126,6 +126,27 @@ func TestTakeWordsNear(t *testing.T) {
 	_, m, _, j = checkTakeWords(t, &w, "zz"+text, 0, 1<<2|1<<4, 0)
 	if j != 0 || m != 1<<2|1<<4 {
 		t.Fatalf("took %d (m %#x), want none", j, m)
+	}
+	// A word of more than shortWord bytes is taken from its home slot in
+	// the table's long part; one not there ends the loop.
+	long := strings.Repeat("q", shortWord+1)
+	w.insert(long, 11)
+	text = homeLast[0] + long + homeLast[0] + strings.Repeat(" ", 20)
+	_, m, _, j = checkTakeWords(t, &w, text, 0, 1<<2|1<<(shortWord+3)|1<<(shortWord+5), 0)
+	if j != 3 || m != 0 {
+		t.Fatalf("took %d (m %#x), want 3", j, m)
+	}
+	text = homeLast[0] + strings.Repeat("r", shortWord+1) + homeLast[0] + strings.Repeat(" ", 20)
+	_, m, _, j = checkTakeWords(t, &w, text, 0, 1<<2|1<<(shortWord+3)|1<<(shortWord+5), 0)
+	if j != 1 || m != 1<<(shortWord+3)|1<<(shortWord+5) {
+		t.Fatalf("took %d (m %#x), want 1", j, m)
+	}
+	a, b := keyOf(long)
+	if id, ok := w.find(a, b, len(long)); !ok || id != 11 {
+		t.Fatalf("find %q: %d %v, want 11", long, id, ok)
+	}
+	if _, ok := w.home(a, b, len(long)); ok {
+		t.Fatalf("home found %q, of more than shortWord bytes", long)
 	}
 }
 

@@ -382,7 +382,8 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // (blockScanKind). Its inner loop, takeWords, takes the pre-tokens of one
 // block whose ends the block's masks give, then the one that runs past the
 // block and those of the next block, while they are in the first two slots
-// of their word-table probe (single bytes too: a byte with an id is a word
+// of their word-table probe (the first, for the few of 13 to 16 bytes;
+// single bytes too: a byte with an id is a word
 // of the table, and one branch on the length, which text makes
 // unpredictable, is gone): it calls nothing and writes ids into dst's spare
 // capacity. Any other short pre-token goes to appendShort (the whole probe,
@@ -455,7 +456,7 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 		dst = dst[:len(dst)+j]
 		if m != 0 {
 			if n := mb + bits.TrailingZeros64(m) - pos; n <= 16 {
-				// Not in the first two slots of its probe.
+				// Not in the first slots of its probe.
 				a, b := shortKey(load64(text, pos), load64(text, pos+8), n)
 				dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
 				pos += n

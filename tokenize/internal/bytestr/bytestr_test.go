@@ -32,3 +32,17 @@ func TestTriple(t *testing.T) {
 		t.Errorf("Triple(s, 3)[1] = 9 wrote %v", s)
 	}
 }
+
+func TestPair(t *testing.T) {
+	s := []uint64{1, 2, 3, 4, 5}
+	for i := range uint64(4) {
+		if got := *Pair(s, i); got != [2]uint64{i + 1, i + 2} {
+			t.Errorf("Pair(s, %d) = %v", i, got)
+		}
+	}
+	p := Pair(s, 2)
+	p[1] = 9
+	if s[3] != 9 {
+		t.Errorf("Pair(s, 2)[1] = 9 wrote %v", s)
+	}
+}

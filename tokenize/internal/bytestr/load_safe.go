@@ -14,3 +14,8 @@ func Load64(s string, i int) uint64 {
 func Triple(s []uint64, i uint64) *[3]uint64 {
 	return (*[3]uint64)(s[i : i+3])
 }
+
+// Pair returns s[i:i+2] as an array (i+2 <= len(s), checked here).
+func Pair(s []uint64, i uint64) *[2]uint64 {
+	return (*[2]uint64)(s[i : i+2])
+}

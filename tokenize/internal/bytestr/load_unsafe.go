@@ -17,3 +17,9 @@ func Load64(s string, i int) uint64 {
 func Triple(s []uint64, i uint64) *[3]uint64 {
 	return (*[3]uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), i*8))
 }
+
+// Pair returns s[i:i+2] as an array, without bounds checks: the caller
+// makes sure that i+2 <= len(s).
+func Pair(s []uint64, i uint64) *[2]uint64 {
+	return (*[2]uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), i*8))
+}
