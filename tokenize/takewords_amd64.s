@@ -59,6 +59,8 @@ loop:
 take:
 	MOVQ 8(R9), R12
 	SHRQ $40, R12                 // the id
+
+put:
 	MOVL R12, (R8)
 	ADDQ $4, R8
 	MOVQ AX, DI                   // off = e
@@ -118,12 +120,7 @@ longer:
 	ORQ  R12, R11
 	JNZ  done
 	MOVL 20(R9), R12              // the id
-	MOVL R12, (R8)
-	ADDQ $4, R8
-	MOVQ AX, DI                   // off = e
-	LEAQ -1(BX), R12
-	ANDQ R12, BX                  // m &= m-1
-	JMP  loop
+	JMP  put
 
 nextblock:
 	// m's starts are all taken: next's, in the block after, if any.
