@@ -89,9 +89,9 @@
 // text) up in the model's word table: every vocabulary word of up to 16
 // bytes that BPE leaves whole (with ignore_merges, every one), its key
 // inline, 16-byte slots for keys of up to 12 bytes (24-byte ones for the
-// few longer) probed from the first inline (with the block
-// scanner, by an inner loop over a block's known starts that calls nothing
-// and writes ids into dst's spare capacity, appendBlocks). A word is found
+// few longer) probed from the first inline (with the block scanner, by an
+// inner loop over a block's known starts that calls nothing and writes ids
+// into dst's spare capacity, appendBlocks). A word is found
 // there before it was ever seen, so most new words of a cold pass cost no
 // BPE (Load runs BPE over every vocabulary word once, ~60 ms for Qwen2.5,
 // and the compiled cache keeps the table). Other pre-tokens go to a cache

@@ -7,8 +7,9 @@ import (
 )
 
 // takeMasks[n] is takeWords' (assembly) key masks and tag of a pre-token
-// of n bytes: shortMasks[n], and the length bits of wordTag for n up to
-// shortWord (0 past it).
+// of n bytes: shortMasks[n], the length bits of wordTag for n up to
+// shortWord (0 past it), and a word of padding (32-byte rows, indexed by a
+// shift).
 var takeMasks = func() (m [17][4]uint64) {
 	for n := range m {
 		m[n][0], m[n][1] = shortMasks[n][0], shortMasks[n][1]
@@ -23,12 +24,12 @@ var takeMasks = func() (m [17][4]uint64) {
 // text[pos] that end at m's bits (starts in the block at base, which holds
 // pos or follows pos's), then at next's (starts in the block after it),
 // while each is in the first two slots of its word-table probe (the first
-// for a key of more than shortWord bytes, in the table's long part), and writes
-// their ids to out. So the pre-token that runs past a block is taken in the
-// loop too, where it was a call of its own per block. It returns pos after
-// the ones it took, the starts left (m, or next once m's are all taken),
-// the base of their block and how many it took. A function of its own,
-// with no call in it, so that its values stay in registers: in
+// for a key of more than shortWord bytes, in the table's long part), and
+// writes their ids to out. So the pre-token that runs past a block is
+// taken in the loop too, where it was a call of its own per block. It
+// returns pos after the ones it took, the starts left (m, or next once m's
+// are all taken), the base of their block and how many it took. A function
+// of its own, with no call in it, so that its values stay in registers: in
 // appendBlocks' body, whose other paths call, the compiler spilled the
 // count and reloaded eight of the outer loop's values each pre-token. On
 // amd64 takeWords is the same loop in assembly (takewords_amd64.s), tested

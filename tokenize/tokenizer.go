@@ -383,16 +383,16 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // block whose ends the block's masks give, then the one that runs past the
 // block and those of the next block, while they are in the first two slots
 // of their word-table probe (the first, for the few of 13 to 16 bytes;
-// single bytes too: a byte with an id is a word
-// of the table, and one branch on the length, which text makes
-// unpredictable, is gone): it calls nothing and writes ids into dst's spare
-// capacity. Any other short pre-token goes to appendShort (the whole probe,
-// the cache's slots, BPE). The pre-tokens takeWords is not given (near the
-// end of the text, where a key's 16 bytes are not all there, or with no
-// spare capacity) and the one that runs past the block when takeWords did
-// not take it go to appendSpan, with their ends from the masks; anything
-// else (an unknown end, a pre-token of more than 16 bytes) to one step of
-// the general path, blockStep.
+// single bytes too: a byte with an id is a word of the table, and one
+// branch on the length, which text makes unpredictable, is gone): it calls
+// nothing and writes ids into dst's spare capacity. Any other short
+// pre-token goes to appendShort (the whole probe, the cache's slots, BPE).
+// The pre-tokens takeWords is not given (near the end of the text, where a
+// key's 16 bytes are not all there, or with no spare capacity) and the one
+// that runs past the block when takeWords did not take it go to
+// appendSpan, with their ends from the masks; anything else (an unknown
+// end, a pre-token of more than 16 bytes) to one step of the general path,
+// blockStep.
 //
 // The scanner bs may hold the block after pos's (takeWords' next): cur
 // keeps the masks of pos's block, so that neither is loaded twice.
