@@ -51,14 +51,24 @@ import (
 // FuzzBlockScan check the starts of every pattern against scan's.
 
 // blockScanner finds the pre-token ends of one text. The zero value is not
-// usable: see newBlockScanner.
+// usable: see reset.
 type blockScanner struct {
 	s       string
 	kind    scanKind
 	base    int    // start of the block that starts and unknown describe; -1 none
 	starts  uint64 // bit i: a pre-token starts at s[base+i]
 	unknown uint64 // bit i: whether one starts there is not known
+
+	// run holds the starts and unknowns of runN blocks from runBase,
+	// computed together (fill): load takes a block's from it, and
+	// appendBlocks' inner loop goes on through them.
+	runBase, runN int
+	run           [runBlocks][2]uint64
 }
+
+// runBlocks is how many blocks' masks a blockScanner computes at a time:
+// 1 KiB of text, more than most prompts.
+const runBlocks = 16
 
 // blockScanKind reports whether the encode loop uses the block scanner for
 // scanner k: for the kinds it has rules for, where the classifier is SIMD.
@@ -74,9 +84,10 @@ func hasBlockRules(k scanKind) bool {
 	return false
 }
 
-// newBlockScanner returns the block scanner of s for k (hasBlockRules).
-func newBlockScanner(s string, k scanKind) blockScanner {
-	return blockScanner{s: s, kind: k, base: -1}
+// reset makes b the block scanner of s for k (hasBlockRules). A state
+// keeps one, so that appendBlocks does not clear its run for each text.
+func (b *blockScanner) reset(s string, k scanKind) {
+	b.s, b.kind, b.base, b.runBase, b.runN = s, k, -1, -1, 0
 }
 
 // next returns the end of the pre-token that starts at s[pos] (pos < len(s),
@@ -180,8 +191,36 @@ var byteClass = func() (t [256]uint8) {
 	return
 }()
 
-// load computes starts and unknown for the block at base (a multiple of 64).
+// load sets starts and unknown to those of the block at base (a multiple of
+// 64, before the end of s), from run, which it fills from base when base's
+// block is not in it.
 func (b *blockScanner) load(base int) {
+	i := (base - b.runBase) >> 6
+	if base < b.runBase || i >= b.runN {
+		b.fill(base)
+		i = 0
+	}
+	b.base, b.starts, b.unknown = base, b.run[i][0], b.run[i][1]
+}
+
+// fill computes run for the blocks from base, up to runBlocks of them.
+func (b *blockScanner) fill(base int) {
+	b.runBase = base
+	n := 0
+	for ; n < runBlocks && base < len(b.s); n, base = n+1, base+64 {
+		b.run[n][0], b.run[n][1] = b.masks(base)
+	}
+	b.runN = n
+	if b.runBase == 0 {
+		b.run[0][0] |= 1 // the text's start
+	}
+}
+
+// masks computes the starts and unknowns of the block at base (a multiple
+// of 64, before the end of s). In the text's last block, unless it ends at
+// the block's end, the bit past the text's last byte is a start: the
+// text's end.
+func (b *blockScanner) masks(base int) (uint64, uint64) {
 	s := b.s
 	n := min(64, len(s)-base)
 	var c classify.Masks
@@ -213,14 +252,14 @@ func (b *blockScanner) load(base int) {
 	default:
 		t, unknown = b.qwenRules(base, &c, nb)
 	}
-	if base == 0 {
-		t |= 1
-	}
-	valid := ^uint64(0)
 	if n < 64 {
-		valid = 1<<n - 1
+		// The text's end ends its last pre-token: the bit past its last
+		// byte is set as a start's, which next returns as the end and
+		// appendBlocks' inner loop takes as one.
+		valid := uint64(1)<<n - 1
+		return t&valid | 1<<n, unknown & valid
 	}
-	b.base, b.starts, b.unknown = base, t&valid, unknown&valid
+	return t, unknown
 }
 
 // spaceBlock is 64 spaces: the start of load's copy of a last, partial block.

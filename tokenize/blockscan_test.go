@@ -69,7 +69,8 @@ func classifiers() []classifier {
 // blockStarts returns the pre-token starts the block scanner gives for s.
 func blockStarts(s string, k scanKind) []int {
 	var out []int
-	b := newBlockScanner(s, k)
+	var b blockScanner
+	b.reset(s, k)
 	for pos := 0; pos < len(s); {
 		out = append(out, pos)
 		end := b.next(pos)
@@ -197,7 +198,8 @@ func BenchmarkPreTokens(b *testing.B) {
 			c0 := cpuSeconds()
 			for b.Loop() {
 				for _, s := range texts {
-					bs := newBlockScanner(s, k)
+					var bs blockScanner
+					bs.reset(s, k)
 					for pos := 0; pos < len(s); pos = bs.next(pos) {
 					}
 				}

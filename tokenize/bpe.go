@@ -491,7 +491,8 @@ type state struct {
 	// addedMemo is trie.longest's memo for the raw and the normalized
 	// added tokens (rawTrie, normTrie).
 	addedMemo [2]int32
-	home      uint32 // its shard in the statePool
+	home      uint32       // its shard in the statePool
+	blocks    blockScanner // appendBlocks'
 }
 
 func newState() *state {

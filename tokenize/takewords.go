@@ -22,28 +22,38 @@ var takeMasks = func() (m [17][4]uint64) {
 
 // takeWordsGo is appendBlocks' inner loop: it takes the pre-tokens from
 // text[pos] that end at m's bits (starts in the block at base, which holds
-// pos or follows pos's), then at next's (starts in the block after it),
+// pos or follows pos's), then, once they are all taken and u (the unknowns
+// of that block after pos) is 0, those that end at the known starts of the
+// blocks after it in run (each block's starts and unknowns, as the block
+// scanner's run holds them; last masks the starts of run's last block),
 // while each is in the first two slots of its word-table probe (the first
 // for a key of more than shortWord bytes, in the table's long part), and
-// writes their ids to out. So the pre-token that runs past a block is
-// taken in the loop too, where it was a call of its own per block. It
-// returns pos after the ones it took, the starts left (m, or next once m's
-// are all taken), the base of their block and how many it took. A function
-// of its own, with no call in it, so that its values stay in registers: in
-// appendBlocks' body, whose other paths call, the compiler spilled the
-// count and reloaded eight of the outer loop's values each pre-token. On
-// amd64 takeWords is the same loop in assembly (takewords_amd64.s), tested
-// against this one.
+// writes their ids to out, which has room for 64 a block (len(run)+1
+// blocks). So one call takes the pre-tokens of a whole run of blocks, also
+// those that cross from one block to the next, where it took those of one
+// block and the one that crosses. It returns pos after the ones it took,
+// the starts left (m's, or those of the block it went on into), the base
+// of their block and how many it took. A function of its own, with no call
+// in it, so that its values stay in registers: in appendBlocks' body, whose
+// other paths call, the compiler spilled the count and reloaded eight of
+// the outer loop's values each pre-token. On amd64 takeWords is the same
+// loop in assembly (takewords_amd64.s), tested against this one.
 //
 //go:noinline
-func takeWordsGo(words *wordTable, text string, base, pos int, m, next uint64, out *[128]int32) (int, uint64, int, int) {
+func takeWordsGo(words *wordTable, text string, base, pos int, m, u uint64, run [][2]uint64, last uint64, out []int32) (int, uint64, int, int) {
 	j := 0
 	for {
 		if m == 0 {
-			if next == 0 {
+			if u != 0 || len(run) == 0 {
 				break
 			}
-			m, next, base = next, 0, base+64
+			u = run[0][1]
+			m = run[0][0] & (u&-u - 1) // the starts before the first unknown
+			if run = run[1:]; len(run) == 0 {
+				m &= last
+			}
+			base += 64
+			continue
 		}
 		n := base + bits.TrailingZeros64(m) - pos
 		if n > 16 {
@@ -61,7 +71,7 @@ func takeWordsGo(words *wordTable, text string, base, pos int, m, next uint64, o
 				break
 			}
 		}
-		out[j&127] = id
+		out[j] = id
 		j++
 		pos += n
 		m &= m - 1

@@ -2,21 +2,22 @@
 
 #include "textflag.h"
 
-// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[17][4]uint64, text *byte, base, pos int, m, next uint64, out *[128]int32, long *uint64, longShift uint64) (int, uint64, int, int)
+// func takeWordsAsm(slots *uint64, shift, mask uint64, masks *[17][4]uint64, text *byte, base, pos int, m, u uint64, run *[2]uint64, nrun int, last uint64, out *int32, long *uint64, longShift uint64) (int, uint64, int, int)
 //
 // R10 slots, CX shift, R15 masks, SI m's block (text + base), DI pos's
-// offset from it (pos-base: -64 to -1 when pos is in the block before),
-// BX m, R8 the next id's place in out. For each start e = BSF(m) with
-// n = e-off <= 12 (shortWord): a, b are the n bytes at block+off, the tag
-// is b | n+1<<32 (wordTag, from masks), the home slot's index is
-// shortIndex's (hashK1, hashK3), and that slot or the one after (near)
-// must hold a and the tag in the low 40 bits of its second word, whose top
-// 24 are the id that goes to out. A pre-token of 13 to 16 bytes must be in
-// its home slot of long (wordIndex, triples: a, b, n+1 | id<<32). When m's
-// starts are all taken, next's are: SI moves to the next block, off 64
-// back. The first pre-token that is longer or in neither slot ends the
-// loop, as in takeWordsGo.
-TEXT ·takeWordsAsm(SB), NOSPLIT, $0-128
+// offset from it (negative when pos is in a block before), BX m, R8 the
+// next id's place in out. For each start e = BSF(m) with n = e-off <= 12
+// (shortWord): a, b are the n bytes at block+off, the tag is b | n+1<<32
+// (wordTag, from masks), the home slot's index is shortIndex's (hashK1,
+// hashK3), and that slot or the one after (near) must hold a and the tag
+// in the low 40 bits of its second word, whose top 24 are the id that goes
+// to out. A pre-token of 13 to 16 bytes must be in its home slot of long
+// (wordIndex, triples: a, b, n+1 | id<<32). When m's starts are all taken
+// and u is 0, run's next block's are (before its first unknown; last
+// masks those of run's last): SI moves on to that block, off 64 back; u,
+// run and nrun are kept in their argument slots. The first pre-token that
+// is longer or in neither slot ends the loop, as in takeWordsGo.
+TEXT ·takeWordsAsm(SB), NOSPLIT, $0-152
 	MOVQ slots+0(FP), R10
 	MOVQ shift+8(FP), CX
 	MOVQ masks+24(FP), R15
@@ -25,7 +26,7 @@ TEXT ·takeWordsAsm(SB), NOSPLIT, $0-128
 	SUBQ SI, DI
 	ADDQ text+32(FP), SI
 	MOVQ m+56(FP), BX
-	MOVQ out+72(FP), R8
+	MOVQ out+96(FP), R8
 
 loop:
 	BSFQ BX, AX                   // AX = e; ZF when m == 0
@@ -103,12 +104,12 @@ longer:
 	MOVQ $0x8ebc6af09c88c6e3, R11 // hashK3
 	IMULQ R11, R9
 	XORQ R12, R9
-	MOVQ longShift+88(FP), CX
+	MOVQ longShift+112(FP), CX
 	SHRQ CX, R9                   // R9 = the home slot's index
 	MOVQ shift+8(FP), CX
 	LEAQ (R9)(R9*2), R9
 	SHLQ $3, R9
-	ADDQ long+80(FP), R9          // R9 = &long[3*index]
+	ADDQ long+104(FP), R9          // R9 = &long[3*index]
 	INCQ DX                       // n+1
 	MOVQ (R9), R11
 	XORQ R13, R11
@@ -123,23 +124,41 @@ longer:
 	JMP  put
 
 nextblock:
-	// m's starts are all taken: next's, in the block after, if any.
-	MOVQ next+64(FP), BX
-	TESTQ BX, BX
-	JZ   done
-	MOVQ $0, next+64(FP)
+	// m's starts are all taken: those of run's next block, if u is 0.
+	CMPQ u+64(FP), $0
+	JNE  done
+	MOVQ nrun+80(FP), R12
+	SUBQ $1, R12
+	JCS  done                     // nrun was 0
+	MOVQ R12, nrun+80(FP)
+	MOVQ run+72(FP), R9
+	MOVQ (R9), BX                 // the block's starts
+	MOVQ 8(R9), R11               // and unknowns
+	ADDQ $16, R9
+	MOVQ R9, run+72(FP)
+	MOVQ R11, u+64(FP)
+	MOVQ R11, R13
+	NEGQ R13
+	ANDQ R11, R13
+	DECQ R13                      // the bits below the first unknown
+	ANDQ R13, BX
+	TESTQ R12, R12
+	JNZ  moved
+	ANDQ last+88(FP), BX          // run's last block
+
+moved:
 	ADDQ $64, SI
 	SUBQ $64, DI
 	JMP  loop
 
 done:
 	SUBQ text+32(FP), SI          // SI = the block's base
-	MOVQ SI, ret2+112(FP)
+	MOVQ SI, ret2+136(FP)
 	ADDQ SI, DI
-	MOVQ DI, ret+96(FP)
-	MOVQ BX, ret1+104(FP)
-	MOVQ out+72(FP), R9
+	MOVQ DI, ret+120(FP)
+	MOVQ BX, ret1+128(FP)
+	MOVQ out+96(FP), R9
 	SUBQ R9, R8
 	SHRQ $2, R8
-	MOVQ R8, ret3+120(FP)
+	MOVQ R8, ret3+144(FP)
 	RET

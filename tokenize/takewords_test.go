@@ -1,50 +1,65 @@
 package tokenize
 
 import (
-	"math/bits"
 	"slices"
 	"strings"
 	"testing"
 )
 
 // checkTakeWords runs takeWords (assembly on amd64) and takeWordsGo on the
-// same blocks and fails when they differ in what they take. m and next are
-// starts in pos's block and the next; with none in pos's, next's are given
-// as m, as appendBlocks does.
-func checkTakeWords(t *testing.T, words *wordTable, text string, pos int, m, next uint64) (int, uint64, int, int) {
+// same blocks and fails when they differ in what they take: from pos, with
+// takeArgs' arguments for blocks (the starts and unknowns of pos's block and
+// those after it).
+func checkTakeWords(t *testing.T, words *wordTable, text string, pos, end int, blocks [][2]uint64) (int, uint64, int, int) {
 	t.Helper()
 	base := pos &^ 63
-	if m == 0 && next != 0 {
-		m, next, base = next, 0, base+64
-	}
-	var out, outGo [128]int32
-	p, mm, mb, j := takeWords(words, text, base, pos, m, next, &out)
-	pGo, mGo, mbGo, jGo := takeWordsGo(words, text, base, pos, m, next, &outGo)
+	m, u, run, last := takeArgs(pos, end, blocks)
+	out, outGo := make([]int32, 64*(len(run)+1)), make([]int32, 64*(len(run)+1))
+	p, mm, mb, j := takeWords(words, text, base, pos, m, u, run, last, out)
+	pGo, mGo, mbGo, jGo := takeWordsGo(words, text, base, pos, m, u, run, last, outGo)
 	if p != pGo || mm != mGo || mb != mbGo || j != jGo || !slices.Equal(out[:j], outGo[:jGo]) {
-		t.Fatalf("text %q pos %d m %#x next %#x: takeWords %d %#x %d %v, takeWordsGo %d %#x %d %v", text, pos, m, next, p, mm, mb, out[:j], pGo, mGo, mbGo, outGo[:jGo])
+		t.Fatalf("text %q pos %d m %#x u %#x run %#x last %#x: takeWords %d %#x %d %v, takeWordsGo %d %#x %d %v", text, pos, m, u, run, last, p, mm, mb, out[:j], pGo, mGo, mbGo, outGo[:jGo])
 	}
 	return p, mm, mb, j
 }
 
-// takeStarts returns the starts that takeWords may be given from pos: the
-// bits of m (starts in pos's block) above pos, then those of next (starts
-// in the block after), each (but the last) 16 bytes from text's end at
-// least, as appendBlocks limits them.
-func takeStarts(text string, pos int, m, next uint64) (uint64, uint64) {
+// takeArgs returns takeWords' arguments from pos as appendBlocks gives
+// them, for blocks (the starts and unknowns of pos's block, then of those
+// after it) and end, the last start from which a key may be read: m, the
+// starts of pos's block above pos before its first unknown, and u, its
+// unknowns above pos; and when u is 0 the blocks after it, up to the one
+// that holds end, whose starts last masks to end.
+func takeArgs(pos, end int, blocks [][2]uint64) (m, u uint64, run [][2]uint64, last uint64) {
 	base := pos &^ 63
-	m &= ^uint64(0) << (pos & 63) << 1
-	lim := len(text) - 16 - base // the last start that may be read from
-	for k := m; k != 0; k &= k - 1 {
-		if i := bits.TrailingZeros64(k); i > lim {
-			return m & (2<<i - 1), 0 // the first start past lim is the last one
+	above := ^uint64(0) << (pos & 63) << 1
+	u = blocks[0][1] & above
+	m = blocks[0][0] & above & (u&-u - 1)
+	last = ^uint64(0)
+	lim := end - base // the last start that may be read, from base
+	if lim < 63 {
+		if pos-base > lim {
+			m = 0
+		}
+		return m & (2<<max(lim, 0) - 1), u, nil, last
+	}
+	if u == 0 {
+		n := min(len(blocks)-1, lim>>6)
+		run = blocks[1 : 1+n]
+		if n == lim>>6 {
+			last = 2<<(lim&63) - 1
 		}
 	}
-	for k := next; k != 0; k &= k - 1 {
-		if i := bits.TrailingZeros64(k); 64+i > lim {
-			return m, next & (2<<i - 1)
-		}
+	return m, u, run, last
+}
+
+// takeEnds are the last starts appendBlocks may give takeWords for text:
+// 16 bytes before its end, and where takeWords reads past the text
+// (readsPast), its end.
+func takeEnds(text string) []int {
+	if readsPast {
+		return []int{len(text) - 16, len(text)}
 	}
-	return m, next
+	return []int{len(text) - 16}
 }
 
 // TestTakeWords: on the real corpus's pre-tokens, with the starts the block
@@ -58,31 +73,41 @@ func TestTakeWords(t *testing.T) {
 			if i%corpusStep(3, 24) != 0 || len(text) < 16 {
 				continue
 			}
+			// The 16 bytes after the text, which the loops may read when
+			// given its end as the last start (overreads), are not zero.
+			text = (text + strings.Repeat("\xff", 16))[:len(text)]
 			// The pre-token starts of the whole text, as bits per block.
-			starts := make([]uint64, len(text)/64+2)
+			blocks := make([][2]uint64, (len(text)+63)/64)
 			for p := 0; p < len(text); {
 				p += scan(scanLlama3, text[p:])
 				if p < len(text) {
-					starts[p/64] |= 1 << (p % 64)
+					blocks[p/64][0] |= 1 << (p % 64)
 				}
 			}
+			if len(text)%64 != 0 { // the text's end, as the block scanner marks it
+				blocks[len(text)/64][0] |= 1 << (len(text) % 64)
+			}
 			// From each start (and each block's first byte), as appendBlocks
-			// calls it after a pre-token it did not take, with the next
-			// block's starts and without.
-			for base := 0; base+16 <= len(text); base += 64 {
-				for pos := base; pos < base+64 && pos+16 <= len(text); pos++ {
-					if pos != base && starts[base/64]>>(pos%64)&1 == 0 {
+			// calls it after a pre-token it did not take, with the blocks
+			// after and without, with an unknown after pos, and with the
+			// last start 16 bytes before the text's end and at its end.
+			for base := 0; base < len(text); base += 64 {
+				b := base / 64
+				for pos := base; pos < base+64 && pos < len(text); pos++ {
+					if pos != base && blocks[b][0]>>(pos%64)&1 == 0 {
 						continue
 					}
-					for _, next := range []uint64{0, starts[base/64+1]} {
-						m, next := takeStarts(text, pos, starts[base/64], next)
-						if m|next == 0 {
-							continue
-						}
-						_, _, _, j := checkTakeWords(t, words, text, pos, m, next)
-						calls++
-						if j > 0 {
-							took++
+					unknown := [2]uint64{blocks[b][0], blocks[b][1] | 1<<63}
+					for _, bl := range [][][2]uint64{blocks[b : b+1], blocks[b:min(b+2, len(blocks))], blocks[b:], {unknown}} {
+						for _, end := range takeEnds(text) {
+							if pos > end {
+								continue
+							}
+							_, _, _, j := checkTakeWords(t, words, text, pos, end, bl)
+							calls++
+							if j > 0 {
+								took++
+							}
 						}
 					}
 				}
@@ -118,12 +143,12 @@ func TestTakeWordsNear(t *testing.T) {
 		t.Fatalf("%q is not in slot 0", homeLast[1])
 	}
 	text := homeLast[1] + homeLast[0] + homeLast[1] + strings.Repeat(" ", 20)
-	_, m, _, j := checkTakeWords(t, &w, text, 0, 1<<2|1<<4|1<<6, 0)
+	_, m, _, j := checkTakeWords(t, &w, text, 0, len(text)-16, [][2]uint64{{1<<2 | 1<<4 | 1<<6}})
 	if j != 3 || m != 0 {
 		t.Fatalf("took %d (m %#x), want 3", j, m)
 	}
 	// A word in neither slot ends the loop there.
-	_, m, _, j = checkTakeWords(t, &w, "zz"+text, 0, 1<<2|1<<4, 0)
+	_, m, _, j = checkTakeWords(t, &w, "zz"+text, 0, len(text)-16, [][2]uint64{{1<<2 | 1<<4}})
 	if j != 0 || m != 1<<2|1<<4 {
 		t.Fatalf("took %d (m %#x), want none", j, m)
 	}
@@ -132,12 +157,12 @@ func TestTakeWordsNear(t *testing.T) {
 	long := strings.Repeat("q", shortWord+1)
 	w.insert(long, 11)
 	text = homeLast[0] + long + homeLast[0] + strings.Repeat(" ", 20)
-	_, m, _, j = checkTakeWords(t, &w, text, 0, 1<<2|1<<(shortWord+3)|1<<(shortWord+5), 0)
+	_, m, _, j = checkTakeWords(t, &w, text, 0, len(text)-16, [][2]uint64{{1<<2 | 1<<(shortWord+3) | 1<<(shortWord+5)}})
 	if j != 3 || m != 0 {
 		t.Fatalf("took %d (m %#x), want 3", j, m)
 	}
 	text = homeLast[0] + strings.Repeat("r", shortWord+1) + homeLast[0] + strings.Repeat(" ", 20)
-	_, m, _, j = checkTakeWords(t, &w, text, 0, 1<<2|1<<(shortWord+3)|1<<(shortWord+5), 0)
+	_, m, _, j = checkTakeWords(t, &w, text, 0, len(text)-16, [][2]uint64{{1<<2 | 1<<(shortWord+3) | 1<<(shortWord+5)}})
 	if j != 1 || m != 1<<(shortWord+3)|1<<(shortWord+5) {
 		t.Fatalf("took %d (m %#x), want 1", j, m)
 	}
@@ -151,25 +176,29 @@ func TestTakeWordsNear(t *testing.T) {
 }
 
 // FuzzTakeWords: the assembly loop and takeWordsGo take the same words
-// from any block, starts and position, into the next block too.
+// from any blocks, starts, unknowns and position, into the blocks after too.
 func FuzzTakeWords(f *testing.F) {
-	f.Add("Below is an instruction that describes a task. Write a response that appropriately completes the request.", uint64(0x1122334455667788), uint64(0x8040201008040201), uint8(0))
-	f.Add(" the the the the the the the the the the the the the the the the the the the the the", uint64(0x8888888888888888), uint64(0x1111111111111111), uint8(3))
-	f.Add("x", uint64(1<<63|1<<17), uint64(0), uint8(16))
-	f.Add("x", uint64(0), uint64(1<<2|1<<9), uint8(60))
-	f.Fuzz(func(t *testing.T, text string, m, next uint64, pos uint8) {
-		for len(text) < 160 {
+	f.Add("Below is an instruction that describes a task. Write a response that appropriately completes the request.", uint64(0x1122334455667788), uint64(0), uint64(0x8040201008040201), uint64(0), uint64(0x0101010101010101), uint64(1<<40), uint8(0), uint8(3))
+	f.Add(" the the the the the the the the the the the the the the the the the the the the the", uint64(0x8888888888888888), uint64(0), uint64(0x1111111111111111), uint64(0), uint64(0x2222222222222222), uint64(0), uint8(3), uint8(2))
+	f.Add("x", uint64(1<<63|1<<17), uint64(1<<20), uint64(0), uint64(0), uint64(0), uint64(0), uint8(16), uint8(1))
+	f.Add("x", uint64(0), uint64(0), uint64(1<<2|1<<9), uint64(0), uint64(1<<3), uint64(0), uint8(60), uint8(3))
+	f.Fuzz(func(t *testing.T, text string, m, u, s1, u1, s2, u2 uint64, pos, n uint8) {
+		for len(text) < 300 {
 			text += " a" + text
 		}
+		// The loops may read 16 bytes past the last start given: past the
+		// end of the text, in the longer string, when end is its end.
+		text = (text + strings.Repeat("\xfe", 16))[:len(text)]
+		blocks := [][2]uint64{{m, u}, {s1, u1}, {s2, u2}, {s1, u2}}[:1+n%4]
 		for _, model := range models {
 			words := &loadModel(t, model).model.tables().words
-			for _, base := range []int{0, 64} {
+			for _, base := range []int{0, 64, len(text) &^ 63, (len(text) - 40) &^ 63} {
 				p := base + int(pos%64)
-				if p+16 > len(text) {
-					continue
+				for _, end := range takeEnds(text) {
+					if p <= end {
+						checkTakeWords(t, words, text, p, end, blocks)
+					}
 				}
-				m, next := takeStarts(text, p, m, next)
-				checkTakeWords(t, words, text, p, m, next)
 			}
 		}
 	})

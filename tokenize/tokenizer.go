@@ -379,91 +379,87 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 }
 
 // appendBlocks appends the ids of text split by the block scanner for k
-// (blockScanKind). Its inner loop, takeWords, takes the pre-tokens of one
-// block whose ends the block's masks give, then the one that runs past the
-// block and those of the next block, while they are in the first two slots
-// of their word-table probe (the first, for the few of 13 to 16 bytes;
-// single bytes too: a byte with an id is a word of the table, and one
-// branch on the length, which text makes unpredictable, is gone): it calls
-// nothing and writes ids into dst's spare capacity. Any other short
-// pre-token goes to appendShort (the whole probe, the cache's slots, BPE).
-// The pre-tokens takeWords is not given (near the end of the text, where a
-// key's 16 bytes are not all there, or with no spare capacity) and the one
-// that runs past the block when takeWords did not take it go to
-// appendSpan, with their ends from the masks; anything else (an unknown
-// end, a pre-token of more than 16 bytes) to one step of the general path,
-// blockStep.
-//
-// The scanner bs may hold the block after pos's (takeWords' next): cur
-// keeps the masks of pos's block, so that neither is loaded twice.
+// (blockScanKind). Its inner loop, takeWords, takes the pre-tokens whose
+// ends the masks give, from pos's block on through the blocks of the
+// scanner's run (the masks of up to runBlocks blocks, computed together),
+// those that cross from one block to the next too, while they are in the
+// first two slots of their word-table probe (the first, for the few of 13
+// to 16 bytes; single bytes too: a byte with an id is a word of the table,
+// and one branch on the length, which text makes unpredictable, is gone):
+// it calls nothing and writes ids into dst's spare capacity. It stops at
+// the first pre-token it does not find, at an unknown start and at the
+// run's end. A short pre-token it did not find goes to appendShort (the
+// whole probe, the cache's slots, BPE). The pre-tokens takeWords is not
+// given (near the end of a text whose next 15 bytes may not be read, or
+// with no spare capacity) and the one that runs past the block when
+// takeWords did not take it go to appendSpan, with their ends from the
+// masks; anything else (an unknown end, a pre-token of more than 16 bytes)
+// to one step of the general path, blockStep.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
-	bs := newBlockScanner(text, k)
+	bs := &sc.blocks
+	bs.reset(text, k)
 	words := &t.model.tables().words
-	curBase, curStarts, curUnknown := -1, uint64(0), uint64(0)
+	// The last start from which takeWords may read a key's 16 bytes: 16
+	// bytes before the text's end, or the end itself where the 15 bytes
+	// past it may be read (overreads).
+	end := len(text) - 16
+	if overreads(text) {
+		end = len(text)
+	}
 	pos := 0
 	for pos < len(text) {
 		base := pos &^ 63
-		if base != curBase {
-			if base != bs.base {
-				bs.load(base)
-			}
-			curBase, curStarts, curUnknown = base, bs.starts, bs.unknown
+		if base != bs.base {
+			bs.load(base)
 		}
 		// The starts after pos before the first unknown one; takeWords
 		// takes the pre-tokens that end at them.
 		above := ^uint64(0) << (pos & 63) << 1
-		u := curUnknown & above
-		m := curStarts & above & (u&-u - 1)
+		u := bs.unknown & above
+		m := bs.starts & above & (u&-u - 1)
 		known := m
-		// Room for two blocks' ids; else append's growth, in blockStep.
-		var out *[128]int32
-		if cap(dst)-len(dst) >= 128 {
-			out = (*[128]int32)(dst[len(dst) : len(dst)+128])
-		} else {
+		// The blocks after pos's that takeWords may go on into: those of
+		// the scanner's run whose starts are known to the first unknown,
+		// up to the one that holds the last start from which a key's 16
+		// bytes may be read (its starts masked to it: last), and with
+		// room for 64 ids a block in dst; else append's growth, in
+		// blockStep.
+		room := cap(dst) - len(dst)
+		lim := end - base // the last start that may be read, from base
+		var run [][2]uint64
+		last := ^uint64(0)
+		if room < 64 {
 			m = 0
-		}
-		// Each pre-token's start (pos, then the bits but the last) must
-		// be 16 bytes from the end at least: its key's words are read.
-		lim := len(text) - 16 - base // the last start that may be read, from base
-		var next uint64
-		if lim < 63 {
+		} else if lim < 63 {
 			if pos-base > lim {
 				m = 0
 			}
 			m &= 2<<max(lim, 0) - 1
-		} else if u == 0 && out != nil {
-			// No unknown after pos: the pre-token that runs past the
-			// block ends at the next block's first start (lim >= 63: the
-			// text goes on past the block), and takeWords goes on with
-			// that block's starts before its first unknown.
-			if bs.base != base+64 {
-				bs.load(base + 64)
-			}
-			un := bs.unknown
-			next = bs.starts & (un&-un - 1)
-			if lim -= 64; lim < 63 {
-				next &= 2<<max(lim, 0) - 1
+		} else if u == 0 {
+			i := (base - bs.runBase) >> 6
+			n := min(bs.runN-1-i, lim>>6, room>>6-1) // blocks after pos's
+			run = bs.run[i+1 : i+1+n]
+			if lim>>6 == n {
+				last = 2<<(lim&63) - 1
 			}
 		}
-		// With no start left in pos's block, takeWords starts with the
-		// next block's (it would switch to them at once: a branch more).
-		mb := base
-		if m == 0 && next != 0 {
-			m, next, mb = next, 0, base+64
-		}
-		var j int
-		pos, m, mb, j = takeWords(words, text, mb, pos, m, next, out)
+		var j, mb int
+		pos, m, mb, j = takeWords(words, text, base, pos, m, u, run, last, dst[len(dst):cap(dst)])
 		dst = dst[:len(dst)+j]
 		if m != 0 {
 			if n := mb + bits.TrailingZeros64(m) - pos; n <= 16 {
 				// Not in the first slots of its probe.
-				a, b := shortKey(load64(text, pos), load64(text, pos+8), n)
-				dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
+				if len(text) < 16 { // keyAt reads 16 bytes of text
+					dst = t.appendPiece(dst, text[pos:pos+n], sc)
+				} else {
+					a, b := keyAt(text, pos, n)
+					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
+				}
 				pos += n
 				continue
 			}
-		} else if mb != base {
-			// All taken, into the next block: go on from there.
+		} else if mb != base && j > 0 {
+			// All taken, into a block after: go on from there.
 			continue
 		} else {
 			// The pre-tokens takeWords was not given (near the end of the
@@ -473,7 +469,7 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 				dst = t.appendSpan(dst, text, pos, e, sc)
 				pos = e
 			}
-			if u == 0 {
+			if u == 0 && pos < len(text) {
 				// No start after pos in the block: its pre-token runs past.
 				e := bs.past(pos)
 				dst = t.appendSpan(dst, text, pos, e, sc)
@@ -482,9 +478,10 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 			}
 		}
 		if pos < len(text) {
-			dst, pos = t.blockStep(dst, text, pos, &bs, sc)
+			dst, pos = t.blockStep(dst, text, pos, bs, sc)
 		}
 	}
+	bs.s = "" // an idle state keeps no text alive
 	return dst
 }
 
