@@ -70,9 +70,9 @@ func TestPTCache(t *testing.T) {
 		}
 		keys[i] = string(b)
 	}
-	want := func(k string) []int32 { // 1 to 3 ids derived from the key
+	want := func(k string) []int32 { // 1 to 5 ids derived from the key (the slot holds 3)
 		ids := []int32{int32(len(k))}
-		for i := 0; i < len(k)%3; i++ {
+		for i := 0; i < len(k)%5; i++ {
 			ids = append(ids, int32(k[i]))
 		}
 		return ids
