@@ -225,14 +225,14 @@ func (b *blockScanner) masks(base int) (uint64, uint64) {
 	n := min(64, len(s)-base)
 	var c classify.Masks
 	if n == 64 {
-		c = classify.String(s, base)
+		c.FromString(s, base)
 	} else {
 		// Past the end reads as white space, which is what the rules need
 		// there (\s+(?!\S) runs to the end of the text); those bits are
 		// cleared below.
 		buf := spaceBlock
 		copy(buf[:], s[base:])
-		c = classify.Array(&buf)
+		c.FromArray(&buf)
 	}
 	// The classes of the two bytes before the block and of the one after.
 	nb := neighbours{next: cS} // the end of the text reads as white space

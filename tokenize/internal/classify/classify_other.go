@@ -2,16 +2,16 @@
 
 package classify
 
-// SIMD reports whether String and Array use the SIMD classifier.
+// SIMD reports whether FromString and FromArray use the SIMD classifier.
 const SIMD = false
 
-// String computes the masks of s[i:i+64] (len(s) >= i+64).
-func String(s string, i int) Masks { return goString(s, i) }
+// FromString sets m to the masks of s[i:i+64] (len(s) >= i+64).
+func (m *Masks) FromString(s string, i int) { *m = goString(s, i) }
 
-// Array computes the masks of the 64 bytes at p.
-func Array(p *[64]byte) Masks { return Go(p) }
+// FromArray sets m to the masks of the 64 bytes at p.
+func (m *Masks) FromArray(p *[64]byte) { *m = Go(p) }
 
-// SIMDArray is Array with the SIMD classifier, for tests (SIMD must be true).
+// SIMDArray is FromArray with the SIMD classifier, for tests (SIMD must be true).
 func SIMDArray(p *[64]byte) Masks { panic("classify: no SIMD classifier in this build") }
 
 // ASCIILen returns the length of the ASCII prefix of s.

@@ -17,11 +17,12 @@ func FuzzClassify(f *testing.F) {
 		if ref := byteMasks(&buf); want != ref {
 			t.Fatalf("Go(%q) = %+v, want %+v", buf, want, ref)
 		}
-		if got := Array(&buf); got != want {
-			t.Fatalf("Array(%q) = %+v, pure Go %+v", buf, got, want)
+		var got Masks
+		if got.FromArray(&buf); got != want {
+			t.Fatalf("FromArray(%q) = %+v, pure Go %+v", buf, got, want)
 		}
-		if got := String(string(buf[:])+"tail", 0); got != want {
-			t.Fatalf("String(%q) = %+v, pure Go %+v", buf, got, want)
+		if got.FromString("head"+string(buf[:])+"tail", 4); got != want {
+			t.Fatalf("FromString(%q) = %+v, pure Go %+v", buf, got, want)
 		}
 		if SIMD {
 			if got := SIMDArray(&buf); got != want {
@@ -68,7 +69,7 @@ func TestEveryByte(t *testing.T) {
 	fns := []struct {
 		name string
 		fn   func(*[64]byte) Masks
-	}{{"go", Go}, {"array", Array}}
+	}{{"go", Go}, {"array", func(p *[64]byte) (m Masks) { m.FromArray(p); return m }}}
 	if SIMD {
 		fns = append(fns, struct {
 			name string
