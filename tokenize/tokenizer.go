@@ -225,6 +225,16 @@ func (s *Session) AppendEncode(dst []int32, text string, addSpecial bool) []int3
 	return s.t.appendEncode(dst, text, addSpecial, s.st)
 }
 
+// Prefetch starts bringing text's first bytes (classify.PrefetchLen) into
+// the CPU's caches and returns at once: a PREFETCHT0 a cache line on amd64,
+// nothing elsewhere. A loop over texts that calls it with the next text
+// before it encodes the current one finds that text's bytes in the caches
+// when it gets to it, where the first read of each text (the ASCII check)
+// waited on memory: that read was 7-9% of the bench's ids command's
+// encoding in a profile, and the command read 2.2% (Qwen2.5) and 6.4%
+// (Llama-3.1) faster with it (medians of 10-12 alternating runs).
+func (s *Session) Prefetch(text string) { classify.Prefetch(text) }
+
 // Close gives the Session's state back to the Tokenizer's pool. It may be
 // called more than once.
 func (s *Session) Close() {
@@ -644,6 +654,9 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, threads int) []
 			for i := lo; i < min(lo+chunk, len(texts)); i++ {
 				if cap(buf)-len(buf) < len(texts[i])+8 {
 					buf = make([]int32, 0, max(1<<16, len(texts[i])+8))
+				}
+				if i+1 < len(texts) {
+					ses.Prefetch(texts[i+1])
 				}
 				start := len(buf)
 				buf = ses.AppendEncode(buf, texts[i], addSpecial)

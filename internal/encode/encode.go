@@ -280,6 +280,9 @@ func (e *Encoder) EncodeTexts(ctx context.Context, texts []string, workers int, 
 			if n := need(texts[i]); cap(arena)-len(arena) < n {
 				arena = ar.room(n, block)
 			}
+			if i+1 < hi {
+				ses.Prefetch(texts[i+1])
+			}
 			start := len(arena)
 			arena = append(arena, e.prefix...)
 			arena = ses.AppendEncode(arena, texts[i], false)

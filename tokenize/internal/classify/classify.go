@@ -127,3 +127,7 @@ func swar[T string | []byte](p T) (c Masks) {
 	c.U &^= c.X
 	return c
 }
+
+// PrefetchLen is how much of a string Prefetch asks for: 16 cache lines.
+// The CPU's own prefetcher takes a longer text's next lines from there.
+const PrefetchLen = 1024

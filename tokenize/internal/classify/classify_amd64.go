@@ -64,3 +64,17 @@ func SIMDArray(p *[64]byte) (m Masks) {
 	avx2(&p[0], &m)
 	return m
 }
+
+// prefetch issues PREFETCHT0 for each 64-byte line of the n bytes at p
+// (classify_amd64.s).
+//
+//go:noescape
+func prefetch(p *byte, n int)
+
+// Prefetch asks the CPU to start bringing the first PrefetchLen bytes of s
+// into its caches, a line at a time, and returns at once.
+func Prefetch(s string) {
+	if len(s) > 0 {
+		prefetch(unsafe.StringData(s), min(len(s), PrefetchLen))
+	}
+}

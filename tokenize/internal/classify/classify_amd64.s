@@ -166,3 +166,21 @@ done:
 	VZEROUPPER
 	MOVQ AX, ret+16(FP)
 	RET
+
+// func prefetch(p *byte, n int)
+//
+// PREFETCHT0 the lines of the n bytes at p, from the one that holds p.
+TEXT ·prefetch(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	ADDQ SI, CX
+
+pf:
+	CMPQ SI, CX
+	JAE  pfdone
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	JMP  pf
+
+pfdone:
+	RET

@@ -16,3 +16,6 @@ func SIMDArray(p *[64]byte) Masks { panic("classify: no SIMD classifier in this 
 
 // ASCIILen returns the length of the ASCII prefix of s.
 func ASCIILen(s string) int { return goASCIILen(s) }
+
+// Prefetch does nothing here: there is no prefetch instruction in Go.
+func Prefetch(string) {}
