@@ -2,11 +2,7 @@
 
 package tokenize
 
-import (
-	"unsafe"
-
-	"github.com/ferryml/ferry/tokenize/internal/bytestr"
-)
+import "github.com/ferryml/ferry/tokenize/internal/bytestr"
 
 // overreads reports whether takeWords may read the 15 bytes past text's
 // end: they are in the memory page of its last byte, so reading them cannot
@@ -14,13 +10,7 @@ import (
 // same ground), and the assembly masks off all but a key's own bytes. Then
 // the text's last pre-tokens are taken in the loop too. takeWordsGo reads
 // them as well in tests, which put the text in a longer string.
-func overreads(text string) bool {
-	if text == "" {
-		return false
-	}
-	last := uintptr(unsafe.Pointer(bytestr.Data(text))) + uintptr(len(text)-1)
-	return last&(pageSize-1) <= pageSize-16
-}
+func overreads(text string) bool { return bytestr.SamePage(text, 15, pageSize) }
 
 // readsPast is true: takeWords may read past the text's end (overreads).
 const readsPast = true

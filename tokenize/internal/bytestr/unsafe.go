@@ -18,3 +18,14 @@ func String(b []byte) string {
 // Data returns a pointer to s's first byte, for assembly that reads s
 // (tokenize's takewords_amd64.s); s must not be empty.
 func Data(s string) *byte { return unsafe.StringData(s) }
+
+// SamePage reports whether the n bytes past s's end are in the memory page
+// (of pageSize bytes, a power of two) of its last byte: reading them cannot
+// fault. False for an empty s.
+func SamePage(s string, n, pageSize int) bool {
+	if s == "" {
+		return false
+	}
+	last := uintptr(unsafe.Pointer(unsafe.StringData(s))) + uintptr(len(s)-1)
+	return int(last&uintptr(pageSize-1)) < pageSize-n
+}
