@@ -149,7 +149,7 @@ func hotIndex(a, b uint64, n int) uint64 {
 // whether it holds that key.
 func (c *ptCache) hotFind(a, b uint64, n int) (*hotSlot, bool) {
 	if c.hot == nil {
-		c.hot = make([]hotSlot, hotSlots)
+		c.hot = writtenPages(make([]hotSlot, hotSlots), pageSize/24)
 	}
 	hs := &c.hot[hotIndex(a, b, n)&(hotSlots-1)]
 	return hs, hs.a == a && hs.b == b && hs.klen == uint32(n)+1
@@ -251,19 +251,28 @@ func (c *ptCache) grow() {
 	}
 }
 
-// newSlots returns n empty slots, each page of them written once. Memory
-// fresh from the OS that is read before it is written faults twice: the
-// read maps the shared zero page, and the write copies it and flushes the
-// TLB of every CPU the process runs on, an interrupt each. insert and get
-// read a slot before they write it; a cold pass of the bench's ids command
-// took ~1,900 faults in put (4 MiB of slots), half of them such writes.
+// newSlots returns n empty slots, written (writtenPages).
 func newSlots(n int) []ptSlot {
-	s := make([]ptSlot, n)
-	for i := 0; i < n; i += slotsPage {
-		s[i].klen = 0
+	return writtenPages(make([]ptSlot, n), pageSize/32)
+}
+
+// writtenPages writes s's zero value into one element of each memory page
+// of s (step elements apart, step * the element's size <= pageSize) and
+// returns s. Memory fresh from the OS that is read before it is written
+// faults twice: the read maps the shared zero page, and the write copies it
+// and flushes the TLB of every CPU the process runs on, an interrupt each
+// (the encode loop's CPU too, when another goroutine builds a table). The
+// tables that are read first (a cache's slots, put and get read a slot
+// before they write it; the merges filter's words, or'ed in) are made
+// with it: a cold pass of the bench's ids command took ~1,900 faults in the
+// pre-token cache's put (4 MiB of slots), half of them such writes.
+func writtenPages[T any](s []T, step int) []T {
+	var zero T
+	for i := 0; i < len(s); i += step {
+		s[i] = zero
 	}
 	return s
 }
 
-// slotsPage is the number of slots in a 4 KiB page.
-const slotsPage = 4096 / 32
+// pageSize is 4 KiB: no CPU Go runs on has smaller memory pages.
+const pageSize = 4096

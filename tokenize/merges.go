@@ -173,7 +173,7 @@ type mergeFilter struct {
 }
 
 func newMergeFilter(t *mergeTable) mergeFilter {
-	f := mergeFilter{bits: make([]uint64, len(t.slots)*8/64), shift: t.shift - 3}
+	f := mergeFilter{bits: writtenPages(make([]uint64, len(t.slots)*8/64), pageSize/8), shift: t.shift - 3}
 	for _, s := range t.slots {
 		if s != 0 {
 			h := f.index(t.pairOf(s))

@@ -15,9 +15,6 @@ func overreads(text string) bool { return bytestr.SamePage(text, 15, pageSize) }
 // readsPast is true: takeWords may read past the text's end (overreads).
 const readsPast = true
 
-// pageSize is the smallest memory page on amd64.
-const pageSize = 4096
-
 // takeWords is takeWordsGo in assembly (takewords_amd64.s): the same loop
 // without the spills and reloads the compiler gives it.
 func takeWords(words *wordTable, text string, base, pos int, m, u uint64, run [][2]uint64, last uint64, out []int32) (int, uint64, int, int) {
