@@ -29,15 +29,15 @@ var takeMasks = func() (m [17][4]uint64) {
 // while each is in the first two slots of its word-table probe (the first
 // for a key of more than shortWord bytes, in the table's long part), and
 // writes their ids to out, which has room for 64 a block (len(run)+1
-// blocks). So one call takes the pre-tokens of a whole run of blocks, also
-// those that cross from one block to the next, where it took those of one
-// block and the one that crosses. It returns pos after the ones it took,
-// the starts left (m's, or those of the block it went on into), the base
-// of their block and how many it took. A function of its own, with no call
-// in it, so that its values stay in registers: in appendBlocks' body, whose
-// other paths call, the compiler spilled the count and reloaded eight of
-// the outer loop's values each pre-token. On amd64 takeWords is the same
-// loop in assembly (takewords_amd64.s), tested against this one.
+// blocks). So one call takes the pre-tokens of a whole run of blocks,
+// those that cross from one block to the next too. It returns pos after
+// the ones it took, the starts left (m's, or those of the block it went on
+// into), the base of their block and how many it took. A function of its
+// own, with no call in it, so that its values stay in registers: in
+// appendBlocks' body, whose other paths call, the compiler spilled the
+// count and reloaded eight of the outer loop's values each pre-token. On
+// amd64 takeWords is the same loop in assembly (takewords_amd64.s), tested
+// against this one.
 //
 //go:noinline
 func takeWordsGo(words *wordTable, text string, base, pos int, m, u uint64, run [][2]uint64, last uint64, out []int32) (int, uint64, int, int) {
