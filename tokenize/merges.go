@@ -35,7 +35,7 @@ type mergeTable struct {
 	valMask   uint64 // 1<<valBits - 1
 	placeBits uint
 	side      []uint32
-	mem       *le.Mem // owns slots when they are huge pages (le.HugeUint64s)
+	mem       *le.Mem // owns slots when they are huge pages (le.Huge)
 }
 
 // mergeUsed marks a filled slot.
@@ -67,7 +67,7 @@ func newMergeTable(kvs []mergeKV, maxID int32) (mergeTable, error) {
 		return t, fmt.Errorf("%d merges of ids of %d bits: more than the %d bits left", len(kvs), t.idBits, vb)
 	}
 	size := 1 << max(4, bits.Len(uint(len(kvs)+len(kvs)/3))) // load factor at most 3/4
-	t.slots, t.mem = le.HugeUint64s(size)
+	t.slots, t.mem = le.Huge[uint64](size)
 	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	// First val is the index in kvs, so that a repeated pair's last merge
 	// takes its slot; then the merges left, in rank order, get their order.

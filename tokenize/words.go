@@ -35,7 +35,7 @@ type wordTable struct {
 	shift uint    // 64 - log2(number of slots)
 	mask  uint64  // number of slots - 1
 	n     int     // filled slots, of both tables
-	mem   *le.Mem // owns slots when they are huge pages (le.HugeUint64s)
+	mem   *le.Mem // owns slots when they are huge pages (le.Huge)
 	// long holds the keys of 13 to 16 bytes in triples of words: a, b and
 	// len(key)+1 | id<<32; a third word of 0 is an empty slot. Sized as
 	// slots are.
@@ -142,7 +142,7 @@ func tableSize(room int) (int, uint) {
 // longRoom for keys of more than shortWord bytes.
 func newWordTable(room, longRoom int) wordTable {
 	size, shift := tableSize(room)
-	slots, mem := le.HugeUint64s(2 * size)
+	slots, mem := le.Huge[uint64](2 * size)
 	longSize, longShift := tableSize(longRoom)
 	return wordTable{slots: slots, shift: shift, mask: uint64(size - 1), mem: mem,
 		long: make([]uint64, 3*longSize), longShift: longShift, longMask: uint64(longSize - 1)}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -49,15 +50,15 @@ func mapping(t *testing.T, p uintptr) []string {
 	return nil
 }
 
-func TestHugeUint64s(t *testing.T) {
-	small, m := HugeUint64s(1000)
+func TestHuge(t *testing.T) {
+	small, m := Huge[uint64](1000)
 	if len(small) != 1000 || m != nil || slices.ContainsFunc(small, func(v uint64) bool { return v != 0 }) {
-		t.Fatalf("HugeUint64s(1000): len %d, mem %v: want make's zeroed memory", len(small), m)
+		t.Fatalf("Huge(1000): len %d, mem %v: want make's zeroed memory", len(small), m)
 	}
 	n := 3 * hugePage / 16 // 1.5 huge pages
-	s, m := HugeUint64s(n)
+	s, m := Huge[uint64](n)
 	if len(s) != n || slices.ContainsFunc(s, func(v uint64) bool { return v != 0 }) {
-		t.Fatalf("HugeUint64s(%d): len %d or not zeroed", n, len(s))
+		t.Fatalf("Huge(%d): len %d or not zeroed", n, len(s))
 	}
 	for i := range s {
 		s[i] = uint64(i) * 0x9e3779b97f4a7c15
@@ -66,12 +67,12 @@ func TestHugeUint64s(t *testing.T) {
 	if !thp() {
 		// No transparent huge pages here: make's memory, as documented.
 		if m != nil {
-			t.Fatalf("THP is off, but HugeUint64s mapped memory")
+			t.Fatalf("THP is off, but Huge mapped memory")
 		}
 		return
 	}
 	if m == nil || p%hugePage != 0 {
-		t.Fatalf("HugeUint64s(%d) with THP: mem %v, address %#x: want a mapping on a huge page", n, m, p)
+		t.Fatalf("Huge(%d) with THP: mem %v, address %#x: want a mapping on a huge page", n, m, p)
 	}
 	entry := mapping(t, p)
 	if entry == nil {
@@ -121,4 +122,54 @@ func TestHugeCopy(t *testing.T) {
 		t.Errorf("THP %v: mem %v, copied %v", thp(), m, &d[0] != &big[0])
 	}
 	runtime.KeepAlive(m)
+}
+
+// TestHugeTypes: a struct of numbers goes to huge pages as words do, with
+// its fields where Go puts them; a type that holds pointers gets make's
+// memory, which the GC scans.
+func TestHugeTypes(t *testing.T) {
+	type slot struct {
+		a, b uint64
+		ids  [3]int32
+		n, k uint8
+	}
+	n := hugePage / int(unsafe.Sizeof(slot{}))
+	s, m := Huge[slot](n)
+	if len(s) != n || (m != nil) != thp() {
+		t.Fatalf("Huge[slot](%d): len %d, mem %v, THP %v", n, len(s), m, thp())
+	}
+	for i := range s {
+		s[i] = slot{a: uint64(i), b: ^uint64(i), ids: [3]int32{int32(i), -1, 2}, n: uint8(i), k: 3}
+	}
+	for i := range s {
+		if want := (slot{a: uint64(i), b: ^uint64(i), ids: [3]int32{int32(i), -1, 2}, n: uint8(i), k: 3}); s[i] != want {
+			t.Fatalf("slot %d: %+v, want %+v", i, s[i], want)
+		}
+	}
+	runtime.KeepAlive(m)
+
+	type withPointer struct {
+		A uint64
+		P *int
+	}
+	for _, tc := range []struct {
+		name string
+		mem  *Mem
+	}{
+		{"struct with a pointer", func() *Mem { _, m := Huge[withPointer](hugePage); return m }()},
+		{"string", func() *Mem { _, m := Huge[string](hugePage); return m }()},
+		{"array of slices", func() *Mem { _, m := Huge[[2][]byte](hugePage); return m }()},
+	} {
+		if tc.mem != nil {
+			t.Errorf("Huge of a %s mapped memory the GC does not scan", tc.name)
+		}
+	}
+	for _, c := range []struct {
+		typ  any
+		want bool
+	}{{uint64(0), true}, {[4]int32{}, true}, {slot{}, true}, {[0]*int{}, true}, {withPointer{}, false}, {"", false}, {[]int{}, false}, {map[int]int{}, false}, {(*int)(nil), false}, {func() {}, false}} {
+		if got := pointerFree(reflect.TypeOf(c.typ)); got != c.want {
+			t.Errorf("pointerFree(%T) = %v, want %v", c.typ, got, c.want)
+		}
+	}
 }

@@ -2,12 +2,12 @@
 
 package le
 
-// Mem owns the memory of a HugeUint64s slice (see huge_linux.go); here it
-// is always make's.
+// Mem owns the memory of a Huge slice (see huge_linux.go); here it is
+// always make's.
 type Mem struct{ size int }
 
-// HugeUint64s returns a zeroed []uint64 of length n and a nil *Mem: huge
-// pages are asked for on Linux only (huge_linux.go).
-func HugeUint64s(n int) ([]uint64, *Mem) { return make([]uint64, n), nil }
+// Huge returns a zeroed []T of length n and a nil *Mem: huge pages are
+// asked for on Linux only (huge_linux.go).
+func Huge[T any](n int) ([]T, *Mem) { return make([]T, n), nil }
 
 func huge(int) bool { return false }

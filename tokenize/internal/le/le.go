@@ -30,15 +30,15 @@ func CopyUint64s(b []byte) []uint64 {
 	return out
 }
 
-// HugeCopy returns s, or a copy of it in HugeUint64s's memory, owned by m,
+// HugeCopy returns s, or a copy of it in Huge's memory, owned by m,
 // when that is huge pages (a table of at least 2 MiB on Linux with
 // transparent huge pages): for the tables of a mapped file, whose
 // page-cache pages are 4 KiB.
 func HugeCopy(s []uint64) (d []uint64, m *Mem) {
-	if !huge(len(s)) {
+	if !huge(8 * len(s)) {
 		return s, nil
 	}
-	d, m = HugeUint64s(len(s))
+	d, m = Huge[uint64](len(s))
 	copy(d, s)
 	return d, m
 }
