@@ -268,7 +268,8 @@ const tinyWord = 16
 // one), and the lowest rank is found over every pair slot (noRank for none,
 // or one whose left id was merged away). A slot's index is its id's place
 // in the word, so the lowest index is the leftmost pair, as in mergeSmall.
-// Its lookups go through sc's pairCache. With word (2 to tinyWord bytes, of
+// A round makes two merges where the second-best pair comes next (see the
+// loop). Its lookups go through sc's pairCache. With word (2 to tinyWord bytes, of
 // a model with bytePairs) it merges the ids of word's bytes and does not
 // read ids (appendMerged passes none).
 func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch) []int32 {
@@ -303,17 +304,72 @@ func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch)
 		}
 		i := uint8(best) % tinyWord
 		j := next[i] % tinyWord // merged into i
+		nj, p := next[j], prev[i]
 		id[i] = merged[i]
-		keys[j] = tinyKeys[j]
-		nj := next[j]
 		next[i] = nj
-		keys[i] = tinyKeys[i]
 		if int(nj) < n {
 			prev[nj%tinyWord] = i
-			keys[i], merged[i] = m.mergeKey(pc, id[i], id[nj%tinyWord], int(i))
 		}
-		if p := prev[i]; p < tinyWord {
-			keys[p], merged[p] = m.mergeKey(pc, id[p], id[i], int(p))
+		keys[i], keys[j] = tinyKeys[i], tinyKeys[j]
+		if p < tinyWord {
+			keys[p] = tinyKeys[p]
+		}
+		// The best of the pairs this merge leaves as they are (i's and p's
+		// are new) is merged in the same round when it is the next round's
+		// best: lower than the new pairs. Its merge's new pairs are looked
+		// up beside this one's, in the word as it is after both. BPE's
+		// pair lookups are a chain of misses past the CPU's L2, each
+		// round's pairs known only from the round before: where the
+		// second-best pair comes next, two rounds are one link.
+		second := lowestTiny(&keys)
+		ki, kp := tinyKeys[i], uint64(0)
+		var mi, mp int32
+		if int(nj) < n {
+			ki, mi = m.mergeKey(pc, id[i], id[nj%tinyWord], int(i))
+		}
+		if p < tinyWord {
+			kp, mp = m.mergeKey(pc, id[p], id[i], int(p))
+		}
+		one := true
+		var i2, j2, nj2, p2 uint8
+		var ki2, kp2 uint64
+		var id2, mi2, mp2 int32
+		if uint32(second>>32) != noRank {
+			// After this round's merge: the pair right after it (i2 is nj)
+			// has i on its left, the one right before it (j2 is p) has i
+			// on its right.
+			i2 = uint8(second) % tinyWord
+			j2 = next[i2] % tinyWord
+			nj2, p2 = next[j2], prev[i2]
+			id2 = merged[i2]
+			ki2 = tinyKeys[i2]
+			if int(nj2) < n {
+				ki2, mi2 = m.mergeKey(pc, id2, id[nj2%tinyWord], int(i2))
+			}
+			if p2 < tinyWord {
+				kp2, mp2 = m.mergeKey(pc, id[p2], id2, int(p2))
+			}
+			one = second > ki || p < tinyWord && second > kp // a new pair comes first
+		}
+		keys[i], merged[i] = ki, mi
+		if p < tinyWord {
+			keys[p], merged[p] = kp, mp
+		}
+		if one {
+			continue
+		}
+		// Second's merge, after this one's: where the two are neighbours,
+		// its keys replace this one's (p2 is i: i's pair is now with
+		// id2; j2 is p: p is merged away).
+		id[i2] = id2
+		next[i2] = nj2
+		if int(nj2) < n {
+			prev[nj2%tinyWord] = i2
+		}
+		keys[i2], merged[i2] = ki2, mi2
+		keys[j2] = tinyKeys[j2]
+		if p2 < tinyWord {
+			keys[p2], merged[p2] = kp2, mp2
 		}
 	}
 	for i := uint8(0); int(i) < n; i = next[i%tinyWord] {
