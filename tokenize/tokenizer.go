@@ -545,10 +545,10 @@ func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) [
 	m := &t.model
 	var hs *hotSlot
 	h := sc.cache.finish(a, b, len(p))
-	// p's first cache slot is read before the word table's probe, so that
-	// where p is not a word its miss overlaps the probe's.
-	sc.cache.ahead = sc.cache.slots[h&uint64(len(sc.cache.slots)-1)].b
 	if words := &m.tables().words; words.n > 0 {
+		// p's first cache slot is read before the word table's probe, so
+		// that where p is not a word its miss overlaps the probe's.
+		sc.cache.ahead = sc.cache.slots[h&uint64(len(sc.cache.slots)-1)].b
 		if id, ok := words.find(a, b, len(p)); ok {
 			return append(dst, id)
 		}
