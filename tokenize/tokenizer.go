@@ -544,10 +544,11 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) []int32 {
 	m := &t.model
 	var hs *hotSlot
-	h := sc.cache.finish(a, b, len(p))
+	var h uint64
 	if words := &m.tables().words; words.n > 0 {
 		// p's first cache slot is read before the word table's probe, so
 		// that where p is not a word its miss overlaps the probe's.
+		h = sc.cache.finish(a, b, len(p))
 		sc.cache.ahead = sc.cache.slots[h&uint64(len(sc.cache.slots)-1)].b
 		if id, ok := words.find(a, b, len(p)); ok {
 			return append(dst, id)
@@ -557,6 +558,7 @@ func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) [
 		if hs, ok = sc.cache.hotFind(a, b, len(p)); ok {
 			return append(dst, hs.id)
 		}
+		h = sc.cache.finish(a, b, len(p))
 	}
 	dst, ok := sc.cache.getSlot(dst, p, h, a, b, hs)
 	if ok {
