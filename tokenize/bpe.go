@@ -269,9 +269,9 @@ const tinyWord = 16
 // or one whose left id was merged away). A slot's index is its id's place
 // in the word, so the lowest index is the leftmost pair, as in mergeSmall.
 // A round makes two merges where the second-best pair comes next (see the
-// loop). Its lookups go through sc's pairCache. With word (2 to tinyWord bytes, of
-// a model with bytePairs) it merges the ids of word's bytes and does not
-// read ids (appendMerged passes none).
+// loop). Its lookups go through sc's pairCache. With word (2 to tinyWord
+// bytes, of a model with bytePairs) it merges the ids of word's bytes and
+// does not read ids (appendMerged passes none).
 func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch) []int32 {
 	pc := &sc.pairs
 	var id, merged [tinyWord]int32

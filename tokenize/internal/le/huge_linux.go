@@ -44,8 +44,8 @@ type Mem struct {
 //     words, its pre-token cache) then needs a TLB entry per 2 MiB, not
 //     per 4 KiB;
 //   - its first touch is a fault per 2 MiB, where fresh memory of small
-//     pages faults every 4 KiB (~3-8 us each on this project's VMs: a
-//     table of 4 MiB took 3-8 ms, against ~1 ms).
+//     pages faults every 4 KiB (3-10 us each on this project's VMs: 8 MiB
+//     took 6-20 ms to touch, against 1.5 ms in huge pages).
 //
 // The GC's heap cannot be asked for this: memory it reuses is already
 // backed by small pages. T must hold no pointers (the GC does not scan the
