@@ -159,7 +159,7 @@ func TestHugeTypes(t *testing.T) {
 		// 2 MiB of each, enough for huge pages but for the pointers.
 		{"struct with a pointer", func() *Mem { _, m := Huge[withPointer](hugePage / 16); return m }()},
 		{"string", func() *Mem { _, m := Huge[string](hugePage / 16); return m }()},
-		{"array of slices", func() *Mem { _, m := Huge[[2][]byte](hugePage / 48); return m }()},
+		{"array of slices", func() *Mem { _, m := Huge[[2][]byte](hugePage/48 + 1); return m }()},
 	} {
 		if tc.mem != nil {
 			t.Errorf("Huge of a %s mapped memory the GC does not scan", tc.name)
