@@ -26,8 +26,8 @@ var takeMasks = func() (m [17][4]uint64) {
 // of that block after pos) is 0, those that end at the known starts of the
 // blocks after it in run (each block's starts and unknowns, as the block
 // scanner's run holds them; last masks the starts of run's last block),
-// while each is in the first two slots of its word-table probe (the first
-// for a key of more than shortWord bytes, in the table's long part), and
+// while each is in the word table (in the first slot of its probe for a
+// key of more than shortWord bytes, in the table's long part), and
 // writes their ids to out, which has room for 64 a block (len(run)+1
 // blocks). So one call takes the pre-tokens of a whole run of blocks,
 // those that cross from one block to the next too. It returns pos after
@@ -66,10 +66,8 @@ func takeWordsGo(words *wordTable, text string, base, pos int, m, u uint64, run 
 			if id, ok = words.longHome(a, b, n); !ok {
 				break
 			}
-		} else if id, ok = words.home(a, b, n); !ok {
-			if id, ok = words.near(a, b, n); !ok {
-				break
-			}
+		} else if id, ok = words.find(a, b, n); !ok {
+			break
 		}
 		out[j] = id
 		j++

@@ -9,9 +9,9 @@
 // next id's place in out. For each start e = BSF(m) with n = e-off <= 12
 // (shortWord): a, b are the n bytes at block+off, the tag is b | n+1<<32
 // (wordTag, from masks), the home slot's index is shortIndex's (hashK1,
-// hashK3), and that slot or the one after (near) must hold a and the tag
-// in the low 40 bits of its second word, whose top 24 are the id that goes
-// to out. A pre-token of 13 to 16 bytes must be in its home slot of long
+// hashK3), and that slot or one after it before an empty one (near) must
+// hold a and the tag in the low 40 bits of its second word, whose top 24
+// are the id that goes to out. A pre-token of 13 to 16 bytes must be in its home slot of long
 // (wordIndex, triples: a, b, n+1 | id<<32). When m's starts are all taken
 // and u is 0, run's next block's are (before its first unknown; last
 // masks those of run's last): SI moves on to that block, off 64 back; u,
@@ -70,21 +70,26 @@ put:
 	JMP  loop
 
 near:
-	// The slot after home, the first again past the last.
-	MOVQ mask+16(FP), R12
-	INCQ R12
-	SHLQ $4, R12
-	ADDQ R10, R12                 // R12 = the end of slots
+	// The slots after home, the first again past the last, to an empty
+	// one (its second word 0: the key is not in the table).
+	MOVQ mask+16(FP), DX
+	INCQ DX
+	SHLQ $4, DX
+	ADDQ R10, DX                  // DX = the end of slots
+
+probe:
 	ADDQ $16, R9
-	CMPQ R9, R12
+	CMPQ R9, DX
 	CMOVQEQ R10, R9
+	MOVQ 8(R9), R12
+	TESTQ R12, R12
+	JZ   done
 	MOVQ (R9), R11
 	XORQ R13, R11
-	MOVQ 8(R9), R12
 	XORQ R14, R12
 	SHLQ $24, R12
 	ORQ  R12, R11
-	JNZ  done
+	JNZ  probe
 	JMP  take
 
 longer:

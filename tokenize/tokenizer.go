@@ -378,7 +378,7 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 			if id, ok := words.home(a, b, n); ok {
 				dst = append(dst, id)
 			} else {
-				dst = t.appendShort(dst, p, a, b, sc)
+				dst = t.appendShort(dst, p, a, b, sc, false)
 			}
 			continue
 		}
@@ -393,13 +393,13 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // ends the masks give, from pos's block on through the blocks of the
 // scanner's run (the masks of up to runBlocks blocks, computed together),
 // those that cross from one block to the next too, while they are in the
-// first two slots of their word-table probe (the first, for the few of 13
-// to 16 bytes; single bytes too: a byte with an id is a word of the table,
-// and one branch on the length, which text makes unpredictable, is gone):
-// it calls nothing and writes ids into dst's spare capacity. It stops at
-// the first pre-token it does not find, at an unknown start and at the
-// run's end. A short pre-token it did not find goes to appendShort (the
-// whole probe, the cache's slots, BPE). The pre-tokens takeWords is not
+// word table (in the first slot of their probe, for the few of 13 to 16
+// bytes; single bytes too: a byte with an id is a word of the table, and
+// one branch on the length, which text makes unpredictable, is gone): it
+// calls nothing and writes ids into dst's spare capacity. It stops at the
+// first pre-token it does not find, at an unknown start and at the run's
+// end. A short pre-token it did not find goes to appendShort (the cache's
+// slots, BPE; the whole probe for one of 13 to 16 bytes). The pre-tokens takeWords is not
 // given (near the end of a text whose next 15 bytes may not be read, or
 // with no spare capacity) and the one that runs past the block when
 // takeWords did not take it go to appendSpan, with their ends from the
@@ -458,12 +458,13 @@ func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state
 		dst = dst[:len(dst)+j]
 		if m != 0 {
 			if n := mb + bits.TrailingZeros64(m) - pos; n <= 16 {
-				// Not in the first slots of its probe.
+				// Not in the word table (past the first slot of its probe,
+				// for 13 to 16 bytes).
 				if len(text) < 16 { // keyAt reads 16 bytes of text
 					dst = t.appendPiece(dst, text[pos:pos+n], sc)
 				} else {
 					a, b := keyAt(text, pos, n)
-					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc)
+					dst = t.appendShort(dst, text[pos:pos+n], a, b, sc, true)
 				}
 				pos += n
 				continue
@@ -518,7 +519,7 @@ func (t *Tokenizer) appendSpan(dst []int32, text string, pos, e int, sc *state) 
 	if id, ok := t.model.tables().words.home(a, b, n); ok {
 		return append(dst, id)
 	}
-	return t.appendShort(dst, p, a, b, sc)
+	return t.appendShort(dst, p, a, b, sc, false)
 }
 
 // keyAt is shortKey of text[pos:pos+n] (n <= 16 <= len(text)), also near
@@ -540,8 +541,10 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 
 // appendShort appends the ids of p (at most 16 bytes; a, b its key): from
 // the model's word table, else (a model without one) the cache's front
-// table, else the cache's slots, else by BPE, then cached.
-func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) []int32 {
+// table, else the cache's slots, else by BPE, then cached. probed is true
+// where the word table's whole probe of p has found it absent (takeWords
+// probes a key of up to shortWord bytes to its first empty slot).
+func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state, probed bool) []int32 {
 	m := &t.model
 	var hs *hotSlot
 	var h uint64
@@ -550,8 +553,10 @@ func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state) [
 		// that where p is not a word its miss overlaps the probe's.
 		h = sc.cache.finish(a, b, len(p))
 		sc.cache.ahead = sc.cache.slots[h&uint64(len(sc.cache.slots)-1)].b
-		if id, ok := words.find(a, b, len(p)); ok {
-			return append(dst, id)
+		if !probed || len(p) > shortWord {
+			if id, ok := words.find(a, b, len(p)); ok {
+				return append(dst, id)
+			}
 		}
 	} else {
 		var ok bool
@@ -621,7 +626,7 @@ func (t *Tokenizer) appendPiece(dst []int32, p string, sc *state) []int32 {
 	}
 	if len(p) <= 16 {
 		a, b := keyOf(p)
-		return t.appendShort(dst, p, a, b, sc)
+		return t.appendShort(dst, p, a, b, sc, false)
 	}
 	if len(p) > maxCachedLen {
 		return m.appendBPE(dst, p, &sc.scratch)

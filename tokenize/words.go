@@ -65,8 +65,8 @@ func wordIndex(a, b uint64, n int) uint64 {
 // (n <= shortWord: b < 2^32) without its id: b | n+1<<32. A slot holds the
 // key when the low 40 bits of its second word are the tag (the id is above
 // them) and its first is a. For n of 13 to 16 the tag's length byte is at
-// least 14 (b's byte 4 or'ed with n+1), more than any slot's: home and near
-// find no key longer than shortWord.
+// least 14 (b's byte 4 or'ed with n+1), more than any slot's: home
+// finds no key longer than shortWord.
 func wordTag(b uint64, n int) uint64 { return b | uint64(n+1)<<32 }
 
 // shortIndex is wordIndex for the slots: of the key a and its tag.
@@ -112,22 +112,13 @@ func (w *wordTable) findLong(a, b uint64, n int) (int32, bool) {
 }
 
 // home returns the id of the short key a, b of n bytes when it is in its
-// first slot, find's first probe: the encode loops take it (and near)
-// inline and leave the rest to appendShort. A key of more than shortWord
-// bytes is not found (see wordTag). Its slot and near's are read without
-// bounds checks: shift and mask are of the table's size (newWordTable,
-// readCompiledBody).
+// first slot, find's first probe: the encode loops take it inline and
+// leave the rest to appendShort. A key of more than shortWord bytes is not
+// found (see wordTag). Its slot is read without bounds checks: shift is of
+// the table's size (newWordTable, readCompiledBody).
 func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
 	tag := wordTag(b, n)
 	s := bytestr.Pair(w.slots, shortIndex(a, tag)>>(w.shift&63)*2)
-	return int32(s[1] >> 40), s[0]^a|(s[1]^tag)<<24 == 0
-}
-
-// near returns the id of the short key a, b of n bytes when it is in the
-// slot after its first, find's second probe (most displaced keys are there).
-func (w *wordTable) near(a, b uint64, n int) (int32, bool) {
-	tag := wordTag(b, n)
-	s := bytestr.Pair(w.slots, (shortIndex(a, tag)>>(w.shift&63)+1)&w.mask*2)
 	return int32(s[1] >> 40), s[0]^a|(s[1]^tag)<<24 == 0
 }
 
