@@ -330,33 +330,30 @@ func (m *bpeModel) mergeTiny(dst []int32, ids []int32, word string, sc *scratch)
 		if p < tinyWord {
 			kp, mp = m.mergeKey(pc, id[p], id[i], int(p))
 		}
-		one := true
-		var i2, j2, nj2, p2 uint8
-		var ki2, kp2 uint64
-		var id2, mi2, mp2 int32
-		if uint32(second>>32) != noRank {
-			// After this round's merge: the pair right after it (i2 is nj)
-			// has i on its left, the one right before it (j2 is p) has i
-			// on its right.
-			i2 = uint8(second) % tinyWord
-			j2 = next[i2] % tinyWord
-			nj2, p2 = next[j2], prev[i2]
-			id2 = merged[i2]
-			ki2 = tinyKeys[i2]
-			if int(nj2) < n {
-				ki2, mi2 = m.mergeKey(pc, id2, id[nj2%tinyWord], int(i2))
-			}
-			if p2 < tinyWord {
-				kp2, mp2 = m.mergeKey(pc, id[p2], id2, int(p2))
-			}
-			one = second > ki || p < tinyWord && second > kp // a new pair comes first
-		}
 		keys[i], merged[i] = ki, mi
 		if p < tinyWord {
 			keys[p], merged[p] = kp, mp
 		}
-		if one {
+		if uint32(second>>32) == noRank {
 			continue
+		}
+		// After this round's merge: the pair right after it (i2 is nj)
+		// has i on its left, the one right before it (j2 is p) has i on
+		// its right.
+		i2 := uint8(second) % tinyWord
+		j2 := next[i2] % tinyWord
+		nj2, p2 := next[j2], prev[i2]
+		id2 := merged[i2]
+		ki2, kp2 := tinyKeys[i2], uint64(0)
+		var mi2, mp2 int32
+		if int(nj2) < n {
+			ki2, mi2 = m.mergeKey(pc, id2, id[nj2%tinyWord], int(i2))
+		}
+		if p2 < tinyWord {
+			kp2, mp2 = m.mergeKey(pc, id[p2], id2, int(p2))
+		}
+		if second > ki || p < tinyWord && second > kp {
+			continue // a new pair comes first: the next round finds it
 		}
 		// Second's merge, after this one's: where the two are neighbours,
 		// its keys replace this one's (p2 is i: i's pair is now with
