@@ -28,9 +28,6 @@ type ptCache struct {
 	ids   []int32 // ids of the entries with more than three
 	count int
 	seed  uint64
-	// ahead keeps the b of the slot appendShort reads ahead of getSlot:
-	// a read whose value is not kept is dropped by the compiler.
-	ahead uint64
 }
 
 // ptSlot is one entry, 32 bytes (two to a cache line). Keys of up to 16

@@ -11,12 +11,13 @@
 // (wordTag, from masks), the home slot's index is shortIndex's (hashK1,
 // hashK3), and that slot or one after it before an empty one (near) must
 // hold a and the tag in the low 40 bits of its second word, whose top 24
-// are the id that goes to out. A pre-token of 13 to 16 bytes must be in its home slot of long
-// (wordIndex, triples: a, b, n+1 | id<<32). When m's starts are all taken
-// and u is 0, run's next block's are (before its first unknown; last
-// masks those of run's last): SI moves on to that block, off 64 back; u,
-// run and nrun are kept in their argument slots. The first pre-token that
-// is longer or in neither slot ends the loop, as in takeWordsGo.
+// are the id that goes to out. A pre-token of 13 to 16 bytes must be in
+// its home slot of long (wordIndex, triples: a, b, n+1 | id<<32). When m's
+// starts are all taken and u is 0, run's next block's are (before its
+// first unknown; last masks those of run's last): SI moves on to that
+// block, off 64 back; u, run and nrun are kept in their argument slots.
+// The first pre-token that is longer or not found ends the loop, as in
+// takeWordsGo.
 TEXT ·takeWordsAsm(SB), NOSPLIT, $0-152
 	MOVQ slots+0(FP), R10
 	MOVQ shift+8(FP), CX

@@ -399,8 +399,8 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // calls nothing and writes ids into dst's spare capacity. It stops at the
 // first pre-token it does not find, at an unknown start and at the run's
 // end. A short pre-token it did not find goes to appendShort (the cache's
-// slots, BPE; the whole probe for one of 13 to 16 bytes). The pre-tokens takeWords is not
-// given (near the end of a text whose next 15 bytes may not be read, or
+// slots, BPE; the whole probe for one of 13 to 16 bytes). The pre-tokens
+// takeWords is not given (near the end of a text whose next 15 bytes may not be read, or
 // with no spare capacity) and the one that runs past the block when
 // takeWords did not take it go to appendSpan, with their ends from the
 // masks; anything else (an unknown end, a pre-token of more than 16 bytes)
@@ -547,12 +547,7 @@ func keyAt(text string, pos, n int) (a, b uint64) {
 func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state, probed bool) []int32 {
 	m := &t.model
 	var hs *hotSlot
-	var h uint64
 	if words := &m.tables().words; words.n > 0 {
-		// p's first cache slot is read before the word table's probe, so
-		// that where p is not a word its miss overlaps the probe's.
-		h = sc.cache.finish(a, b, len(p))
-		sc.cache.ahead = sc.cache.slots[h&uint64(len(sc.cache.slots)-1)].b
 		if !probed || len(p) > shortWord {
 			if id, ok := words.find(a, b, len(p)); ok {
 				return append(dst, id)
@@ -563,8 +558,8 @@ func (t *Tokenizer) appendShort(dst []int32, p string, a, b uint64, sc *state, p
 		if hs, ok = sc.cache.hotFind(a, b, len(p)); ok {
 			return append(dst, hs.id)
 		}
-		h = sc.cache.finish(a, b, len(p))
 	}
+	h := sc.cache.finish(a, b, len(p))
 	dst, ok := sc.cache.getSlot(dst, p, h, a, b, hs)
 	if ok {
 		return dst

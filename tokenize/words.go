@@ -112,8 +112,8 @@ func (w *wordTable) findLong(a, b uint64, n int) (int32, bool) {
 }
 
 // home returns the id of the short key a, b of n bytes when it is in its
-// first slot, find's first probe: the encode loops take it inline and
-// leave the rest to appendShort. A key of more than shortWord bytes is not
+// first slot, find's first probe: appendScanned and appendSpan take it
+// inline and leave the rest to appendShort. A key of more than shortWord bytes is not
 // found (see wordTag). Its slot is read without bounds checks: shift is of
 // the table's size (newWordTable, readCompiledBody).
 func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
