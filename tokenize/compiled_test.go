@@ -140,14 +140,16 @@ func writeTiny(t *testing.T) string {
 	return dir
 }
 
-// compiledFile returns the only compiled file in dir.
+// compiledFile returns the only compiled file in dir, which holds source
+// index files (.ferrysrc) beside it and nothing else.
 func compiledFile(t *testing.T, dir string) string {
 	t.Helper()
 	m, err := filepath.Glob(filepath.Join(dir, "*"))
-	if err != nil || len(m) != 1 || !strings.HasSuffix(m[0], ".ferrytok") {
-		t.Fatalf("cache dir holds %q, want one .ferrytok file", m)
+	files := slices.DeleteFunc(slices.Clone(m), func(f string) bool { return strings.HasSuffix(f, ".ferrysrc") })
+	if err != nil || len(files) != 1 || !strings.HasSuffix(files[0], ".ferrytok") {
+		t.Fatalf("cache dir holds %q, want one .ferrytok file and .ferrysrc files", m)
 	}
-	return m[0]
+	return files[0]
 }
 
 // refix sets the body length and both checksums of a compiled file.
@@ -161,6 +163,115 @@ func refix(b []byte) []byte {
 	le.PutUint32(b[92:], crc32.Checksum(b[:92], castagnoli))
 	return b
 }
+
+// TestCompiledIndex: the source index is a guess that Load checks against
+// the source's hash. Load writes it with the compiled file and after a Load
+// from the cache; an index that names another source's compiled file, a
+// corrupt one, or a source changed behind its unchanged size and
+// modification time gets the tokenizer of the bytes the source holds, and
+// the index is written again.
+func TestCompiledIndex(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("FERRY_TOKENIZER_CACHE", cache)
+	dir := writeTiny(t)
+	src := filepath.Join(dir, "tokenizer.json")
+	// other is tiny with the ids of "th" and "the" swapped: as many bytes,
+	// other ids.
+	otherJSON := tinyJSON()
+	vocab := otherJSON["model"].(map[string]any)["vocab"].(map[string]any)
+	vocab["th"], vocab["the"] = 257, 256
+	tinyRaw, otherRaw := marshal(t, tinyJSON()), marshal(t, otherJSON)
+	if len(tinyRaw) != len(otherRaw) {
+		t.Fatalf("the two sources are of %d and %d bytes", len(tinyRaw), len(otherRaw))
+	}
+	otherDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(otherDir, "tokenizer.json"), otherRaw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tinyKey, otherKey := sourceKey(tinyRaw), sourceKey(otherRaw)
+	const text = "the the"
+	tinyIDs, otherIDs := []int32{257, 258}, []int32{256, 258}
+	check := func(step string, path string, wantCompiled bool, wantKey [32]byte, wantIDs []int32) {
+		t.Helper()
+		tok, err := Load(path)
+		if err != nil || tok.compiled != wantCompiled {
+			t.Fatalf("%s: %v, compiled %v, want %v", step, err, tok != nil && tok.compiled, wantCompiled)
+		}
+		if got := tok.Encode(text, false); !slices.Equal(got, wantIDs) {
+			t.Fatalf("%s: %q is %v, want %v", step, text, got, wantIDs)
+		}
+		st, err := os.Stat(filepath.Join(path, "tokenizer.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key, ok := readIndex(cache, filepath.Join(path, "tokenizer.json"), st); !ok || key != wantKey {
+			t.Fatalf("%s: the index names %x (%v), want %x", step, key, ok, wantKey)
+		}
+	}
+	check("first Load", dir, false, tinyKey, tinyIDs)
+	check("second Load", dir, true, tinyKey, tinyIDs)
+	check("the other source", otherDir, false, otherKey, otherIDs)
+	st, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The index names the other source's file, which checks out.
+	writeIndex(cache, src, st, otherKey)
+	check("an index of another key", dir, true, tinyKey, tinyIDs)
+	// Corrupt indexes.
+	index := indexPath(cache, src)
+	good, err := os.ReadFile(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range [][]byte{nil, good[:len(good)-1], append(slices.Clone(good), 0), append([]byte("X"), good[1:]...)} {
+		if err := os.WriteFile(index, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("corrupt index %d", i+1), dir, true, tinyKey, tinyIDs)
+	}
+	// The source changes behind its size and modification time: the index
+	// names the old key, the new bytes have no compiled file yet.
+	if err := os.WriteFile(src, otherRaw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(src, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if st2, err := os.Stat(src); err != nil || st2.Size() != st.Size() || !st2.ModTime().Equal(st.ModTime()) {
+		t.Fatalf("the rewritten source's stat: %v", err)
+	}
+	if key, ok := readIndex(cache, src, st); !ok || key != tinyKey {
+		t.Fatalf("the index before the change names %x (%v)", key, ok)
+	}
+	check("a changed source", dir, true, otherKey, otherIDs) // the other's file is there
+	os.Remove(filepath.Join(cache, compiledName(otherKey)))
+	if err := os.WriteFile(src, tinyRaw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(src, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	writeIndex(cache, src, st, otherKey) // names a file that is gone
+	check("an index of a missing file", dir, true, tinyKey, tinyIDs)
+	// An index of another size or time is not read.
+	if _, ok := readIndex(cache, src, fakeStat{st, st.Size() + 1, st.ModTime()}); ok {
+		t.Fatal("an index read for another size")
+	}
+	if _, ok := readIndex(cache, src, fakeStat{st, st.Size(), st.ModTime().Add(time.Nanosecond)}); ok {
+		t.Fatal("an index read for another modification time")
+	}
+}
+
+// fakeStat is a FileInfo of another size and modification time.
+type fakeStat struct {
+	fs.FileInfo
+	size int64
+	mod  time.Time
+}
+
+func (f fakeStat) Size() int64        { return f.size }
+func (f fakeStat) ModTime() time.Time { return f.mod }
 
 // TestCompiledRefusedUnmapped: a compiled file refused for its body's
 // checksum leaves nothing reading its mapping, which Load unmaps then: the

@@ -83,14 +83,10 @@ func loadFile(path string) (*Tokenizer, error) {
 		}
 		return parseSource(path, raw)
 	}
-	// The cache needs the source's key alone, not its bytes.
-	if key, err := hashSource(path); err == nil {
-		cpath := filepath.Join(dir, compiledName(key))
-		if b, release, err := readCompiledFile(cpath); err == nil {
-			if t, err := readCompiled(b, key, cpath); err == nil {
-				return t, nil
-			}
-			release()
+	st, err := os.Stat(path)
+	if err == nil {
+		if t := loadCompiled(dir, path, st); t != nil {
+			return t, nil
 		}
 	}
 	raw, err := readSource(path)
@@ -110,8 +106,70 @@ func loadFile(path string) (*Tokenizer, error) {
 	}
 	if mt != nil && writeCompiled(cpath, appendCompiled(nil, key, t.sha, rest, mt)) == nil {
 		removeStale(dir, key)
+		if st != nil {
+			writeIndex(dir, path, st, key)
+		}
 	}
 	return t, nil
+}
+
+// loadCompiled returns the Tokenizer of the compiled file in dir of the
+// source at path (st: its Stat), nil when there is none that checks out.
+// The cache needs the source's key alone, not its bytes. Where the source
+// index names a key for st (see readIndex), that key's file is read while
+// the source is hashed, and kept only if the hash is that key.
+func loadCompiled(dir, path string, st os.FileInfo) *Tokenizer {
+	var key [32]byte
+	hashed := false
+	if guess, ok := readIndex(dir, path, st); ok {
+		cpath := filepath.Join(dir, compiledName(guess))
+		if b, release, err := readCompiledFile(cpath); err == nil {
+			type sum struct {
+				key [32]byte
+				err error
+			}
+			c := make(chan sum, 1)
+			go func() {
+				k, err := hashSource(path)
+				c <- sum{k, err}
+			}()
+			t, err := readCompiled(b, guess, cpath)
+			h := <-c
+			if h.err != nil {
+				release()
+				return nil
+			}
+			if h.key == guess {
+				if err == nil {
+					t.startUpgrade()
+					return t
+				}
+				release()
+				return nil // the key's file is refused: parse
+			}
+			release()
+			key, hashed = h.key, true
+		}
+	}
+	if !hashed {
+		var err error
+		if key, err = hashSource(path); err != nil {
+			return nil
+		}
+	}
+	cpath := filepath.Join(dir, compiledName(key))
+	b, release, err := readCompiledFile(cpath)
+	if err != nil {
+		return nil
+	}
+	t, err := readCompiled(b, key, cpath)
+	if err != nil {
+		release()
+		return nil
+	}
+	t.startUpgrade()
+	writeIndex(dir, path, st, key)
+	return t
 }
 
 // parseSource parses the bytes of the file at path.
