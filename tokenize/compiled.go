@@ -716,15 +716,16 @@ func writeCompiled(path string, b []byte) error {
 func sourceKey(raw []byte) [32]byte { return sha256.Sum256(raw) }
 
 // The source index: beside the compiled files, one small file for each
-// source path loaded (named after the SHA-256 of the path), which holds the
-// key the source had when it last had the size and modification time it
-// holds with it. Load reads the compiled file that key names while it
-// hashes the source, where it hashed first and read after: hashing is
-// about 40% of a Load from the cache (Llama-3.1's 9 MB tokenizer.json, ~6
-// ms). The index is a guess, never trusted: the compiled file is kept only
-// when the source's hash, computed as always, is the key the guess named,
-// so a source changed behind an unchanged size and time costs a wasted
-// read, and a wrong, stale or corrupt index file the same.
+// source path loaded (named after the SHA-256 of the path) with the
+// source's size, modification time and key as Load last saw them. When
+// the source still has that size and time, Load reads the compiled file of
+// that key while it hashes the source, where it hashed first and read
+// after: hashing is about 40% of a Load from the cache (Llama-3.1's 9 MB
+// tokenizer.json, ~6 ms). The index is a guess, never trusted: the
+// compiled file is kept only when the source's hash, computed as always,
+// is the key the index named, so a source changed behind an unchanged
+// size and time costs a wasted read, and a wrong, stale or corrupt index
+// file the same.
 const (
 	indexMagic = "FERRYSRC"
 	indexSize  = 8 + 8 + 8 + 32 // magic, size, modification time (ns), key
