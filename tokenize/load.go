@@ -119,57 +119,66 @@ func loadFile(path string) (*Tokenizer, error) {
 // index names a key for st (see readIndex), that key's file is read while
 // the source is hashed, and kept only if the hash is that key.
 func loadCompiled(dir, path string, st os.FileInfo) *Tokenizer {
-	var key [32]byte
-	hashed := false
-	if guess, ok := readIndex(dir, path, st); ok {
-		cpath := filepath.Join(dir, compiledName(guess))
-		if b, release, err := readCompiledFile(cpath); err == nil {
-			type sum struct {
-				key [32]byte
-				err error
-			}
-			c := make(chan sum, 1)
-			go func() {
-				k, err := hashSource(path)
-				c <- sum{k, err}
-			}()
-			t, err := readCompiled(b, guess, cpath)
-			h := <-c
-			if h.err != nil {
-				release()
-				return nil
-			}
-			if h.key == guess {
-				if err == nil {
-					t.startUpgrade()
-					return t
-				}
-				release()
-				return nil // the key's file is refused: parse
-			}
-			release()
-			key, hashed = h.key, true
-		}
-	}
-	if !hashed {
-		var err error
-		if key, err = hashSource(path); err != nil {
+	guess, ok := readIndex(dir, path, st)
+	if !ok {
+		key, err := hashSource(path)
+		if err != nil {
 			return nil
 		}
+		return keepCompiled(dir, path, st, key)
 	}
+	type sum struct {
+		key [32]byte
+		err error
+	}
+	c := make(chan sum, 1)
+	go func() {
+		k, err := hashSource(path)
+		c <- sum{k, err}
+	}()
+	t, release := readCached(dir, guess)
+	h := <-c
+	switch {
+	case h.err != nil:
+		release()
+		return nil
+	case h.key == guess: // nil where the key's file is refused: parse
+		if t != nil {
+			t.startUpgrade()
+		}
+		return t
+	}
+	release()
+	return keepCompiled(dir, path, st, h.key)
+}
+
+// keepCompiled returns the Tokenizer of the compiled file of key in dir,
+// the key of the source at path (st: its Stat), and writes the source's
+// index; nil when there is no such file that checks out.
+func keepCompiled(dir, path string, st os.FileInfo, key [32]byte) *Tokenizer {
+	t, _ := readCached(dir, key)
+	if t != nil {
+		t.startUpgrade()
+		writeIndex(dir, path, st, key)
+	}
+	return t
+}
+
+// readCached reads the compiled file of key in dir: its Tokenizer, upgrade
+// not started, and what releases the file's memory (for a Tokenizer that
+// is not kept); nil and a no-op where the file is missing or refused.
+func readCached(dir string, key [32]byte) (*Tokenizer, func()) {
 	cpath := filepath.Join(dir, compiledName(key))
 	b, release, err := readCompiledFile(cpath)
 	if err != nil {
-		return nil
+		return nil, func() {}
 	}
 	t, err := readCompiled(b, key, cpath)
 	if err != nil {
 		release()
-		return nil
+		return nil, func() {}
 	}
-	t.startUpgrade()
-	writeIndex(dir, path, st, key)
-	return t
+	return t, release
 }
 
 // parseSource parses the bytes of the file at path.

@@ -400,11 +400,11 @@ func (t *Tokenizer) appendScanned(dst []int32, seg string, k scanKind, sc *state
 // first pre-token it does not find, at an unknown start and at the run's
 // end. A short pre-token it did not find goes to appendShort (the cache's
 // slots, BPE; the whole probe for one of 13 to 16 bytes). The pre-tokens
-// takeWords is not given (near the end of a text whose next 15 bytes may not be read, or
-// with no spare capacity) and the one that runs past the block when
-// takeWords did not take it go to appendSpan, with their ends from the
-// masks; anything else (an unknown end, a pre-token of more than 16 bytes)
-// to one step of the general path, blockStep.
+// takeWords is not given (near the end of a text whose next 15 bytes may
+// not be read, or with no spare capacity) and the one that runs past the
+// block when takeWords did not take it go to appendSpan, with their ends
+// from the masks; anything else (an unknown end, a pre-token of more than
+// 16 bytes) to one step of the general path, blockStep.
 func (t *Tokenizer) appendBlocks(dst []int32, text string, k scanKind, sc *state) []int32 {
 	bs := &sc.blocks
 	bs.reset(text, k)

@@ -113,9 +113,9 @@ func (w *wordTable) findLong(a, b uint64, n int) (int32, bool) {
 
 // home returns the id of the short key a, b of n bytes when it is in its
 // first slot, find's first probe: appendScanned and appendSpan take it
-// inline and leave the rest to appendShort. A key of more than shortWord bytes is not
-// found (see wordTag). Its slot is read without bounds checks: shift is of
-// the table's size (newWordTable, readCompiledBody).
+// inline and leave the rest to appendShort. A key of more than shortWord
+// bytes is not found (see wordTag). Its slot is read without bounds
+// checks: shift is of the table's size (newWordTable, readCompiledBody).
 func (w *wordTable) home(a, b uint64, n int) (int32, bool) {
 	tag := wordTag(b, n)
 	s := bytestr.Pair(w.slots, shortIndex(a, tag)>>(w.shift&63)*2)
