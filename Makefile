@@ -120,7 +120,7 @@ DEMO_OUT ?= out/demo
 demo: build
 	scripts/demo "$(DEMO_OUT)"
 
-# The bench's own anchors (MosaicML Streaming, LitData: bench/requirements.lock)
+# The bench's own anchors (MosaicML Streaming, LitData, Gigatoken: bench/requirements.lock)
 # are laid over the test venv in $(FERRY_CACHE)/bench-anchors.
 bench: build setup-test-deps install-python
 	scripts/setup-bench-deps >/dev/null

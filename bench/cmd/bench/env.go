@@ -37,7 +37,7 @@ func newEnv(ctx context.Context, c *config, logf func(string, ...any)) *env {
 	for k, v := range pythonVersions(e, "+tokenizers", "transformers", "torch", "+numpy", "accelerate", "datasets") {
 		e.tools[k] = v
 	}
-	e.streamingVersions()
+	e.anchorVersions()
 	e.tools["cp"] = firstLine(e.output("cp", "--version"))
 	e.tools["dd"] = firstLine(e.output("dd", "--version"))
 	e.tools["versitygw"] = versitygwVersion(e)

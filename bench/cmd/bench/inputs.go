@@ -256,8 +256,8 @@ func (e *env) corpus(maxBytes int64) (string, int, int64, error) {
 }
 
 // compareIDs checks that two JSONL files of {"ids": [...]} hold the same
-// IDs line by line.
-func compareIDs(ferryOut, anchorOut string) (string, error) {
+// IDs line by line; anchor names the second file's tokenizer in the message.
+func compareIDs(ferryOut, anchorOut, anchor string) (string, error) {
 	fa, err := os.Open(ferryOut)
 	if err != nil {
 		return "", err
@@ -290,7 +290,7 @@ func compareIDs(ferryOut, anchorOut string) (string, error) {
 			return "", fmt.Errorf("%s line %d: %w", anchorOut, n, errB)
 		}
 		if d := firstDiff(a, b); d >= 0 {
-			msg := fmt.Sprintf("line %d differs at token %d: ferry %s, HF %s", n, d, window(a, d), window(b, d))
+			msg := fmt.Sprintf("line %d differs at token %d: ferry %s, %s %s", n, d, window(a, d), anchor, window(b, d))
 			return msg, errors.New(msg)
 		}
 		tokens += len(a)
@@ -300,7 +300,7 @@ func compareIDs(ferryOut, anchorOut string) (string, error) {
 			return "", err
 		}
 	}
-	return fmt.Sprintf("token IDs identical to HF tokenizers on all %d lines (%d tokens)", n, tokens), nil
+	return fmt.Sprintf("token IDs identical to %s on all %d lines (%d tokens)", anchor, n, tokens), nil
 }
 
 // nextIDs advances to the next {"ids"...} line, skipping a bench line.

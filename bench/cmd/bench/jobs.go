@@ -12,7 +12,10 @@ import (
 	"github.com/ferryml/ferry/bench/internal/harness"
 )
 
-const hfTokenizePy = "bench/anchors/hf_tokenize.py"
+const (
+	hfTokenizePy        = "bench/anchors/hf_tokenize.py"
+	gigatokenTokenizePy = "bench/anchors/gigatoken_tokenize.py"
+)
 
 // buildJobs defines every job for the mode, preparing its inputs. A job
 // that cannot run says why in Unavailable. It also returns one line per
@@ -199,17 +202,52 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 						Env:    e.pyEnv(th),
 						Stdout: hfOut,
 					}},
-					Check:       func() (string, error) { return compareIDs(ferryOut, hfOut) },
+					Check:       func() (string, error) { return compareIDs(ferryOut, hfOut, "HF tokenizers") },
 					Unavailable: why,
 				}
 				if err != nil && j.Unavailable == "" {
 					j.Unavailable = "tokenizer: " + err.Error()
 				}
 				jobs = append(jobs, j)
+				if in.name == "alpaca" && th == 1 {
+					jobs = append(jobs, e.gigatokenJob(j, t.name, in.path[t.name], tokDir, ferryOut))
+				}
 			}
 		}
 	}
 	return jobs, inputs
+}
+
+// gigatokenJob is j (a tokenize row on one thread) against Gigatoken, the
+// fastest HF-exact tokenizer we know of (bench/anchors/gigatoken_tokenize.py:
+// its own API, one thread, one call over the input), for every tokenizer
+// on the Alpaca prompts: issue 31's goals are stated against HF, and this
+// row says where the field's best stands on the same machine in the same
+// run. Its IDs are checked against ferry's, as HF's are in j.
+func (e *env) gigatokenJob(j harness.Job, tok, in, tokDir, ferryOut string) harness.Job {
+	name := j.Name + " gigatoken"
+	gtOut := e.outPath(slugify(name), "gigatoken")
+	j.Name = name
+	j.Anchor = harness.Side{Label: "Gigatoken " + e.tools["gigatoken"] + " (Python binding, encode_batch on the calling thread)", Cmd: harness.Command{
+		Argv:   []string{e.c.python, gigatokenTokenizePy, "--tokenizer", tokDir, "--bench-line", in},
+		Env:    e.anchorEnv(),
+		Stdout: gtOut,
+	}}
+	j.Check = func() (string, error) { return compareIDs(ferryOut, gtOut, "Gigatoken") }
+	if j.Unavailable == "" && e.tools["gigatoken"] == "" {
+		j.Unavailable = "Gigatoken is not installed in " + e.c.anchors + " (scripts/setup-bench-deps installs it)"
+	}
+	if why := gigatokenRefuses[tok]; why != "" && j.Unavailable == "" {
+		j.Unavailable = why
+	}
+	return j
+}
+
+// gigatokenRefuses says which tokenizers Gigatoken (bench/requirements.lock's
+// version) does not load, and how it refuses them.
+var gigatokenRefuses = map[string]string{
+	// SmolLM2's vocabulary has no single-byte token for some control bytes.
+	"smollm2": "Gigatoken 0.10.0 does not load SmolLM2's tokenizer.json (\"Byte remapping failed: no single-byte vocab entry for byte 0x04\")",
 }
 
 // dataprepJobs: dataprep end to end (read, format, tokenize, pad or pack,

@@ -23,21 +23,22 @@ const (
 )
 
 // anchorEnv is the environment of the scripts that import the bench's own
-// anchors (MosaicML Streaming, LitData): scripts/setup-bench-deps installs
-// them into -anchors, laid over the venv by PYTHONPATH.
+// anchors (MosaicML Streaming, LitData, Gigatoken): scripts/setup-bench-deps
+// installs them into -anchors, laid over the venv by PYTHONPATH.
 func (e *env) anchorEnv() []string {
 	return []string{"PYTHONPATH=" + e.c.anchors, "TOKENIZERS_PARALLELISM=true"}
 }
 
-// streamingVersions looks up MosaicML Streaming and LitData in -anchors.
-func (e *env) streamingVersions() {
-	for _, m := range []string{"mosaicml-streaming", "litdata"} {
+// anchorVersions looks up MosaicML Streaming, LitData and Gigatoken (also
+// imported: a wheel that does not load is missing) in -anchors.
+func (e *env) anchorVersions() {
+	for _, m := range []string{"mosaicml-streaming", "litdata", "gigatoken"} {
 		e.tools[m] = ""
 	}
 	if e.c.anchors == "" || !exists(e.c.anchors) {
 		return
 	}
-	b := e.outputEnv(e.anchorEnv(), e.c.python, "-c", pythonModules, "mosaicml-streaming", "litdata")
+	b := e.outputEnv(e.anchorEnv(), e.c.python, "-c", pythonModules, "mosaicml-streaming", "litdata", "+gigatoken")
 	var v map[string]string
 	if b != "" && jsonUnmarshal(lastLine(b), &v) == nil {
 		for m := range v {

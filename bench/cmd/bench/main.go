@@ -30,6 +30,7 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferryml/ferry/bench/internal/harness"
 	"github.com/ferryml/ferry/internal/pyenv"
@@ -44,7 +45,7 @@ type config struct {
 	work        string
 	results     string
 	python      string
-	anchors     string // scripts/setup-bench-deps' directory (MosaicML Streaming, LitData)
+	anchors     string // scripts/setup-bench-deps' directory (MosaicML Streaming, LitData, Gigatoken)
 	threads     int
 	list        bool
 	noCheck     bool
@@ -89,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.work, "work", "bench/work", "scratch `dir` for inputs and outputs (git-ignored)")
 	fs.StringVar(&c.results, "results", "", "`dir` for the JSON, report.md and chart.svg (default: bench/results for full, bench/work/results-quick for quick)")
 	fs.StringVar(&c.python, "python", pyenv.Path(), "`python` with tokenizers, transformers and torch for the anchors (default: $FERRY_PYTHON, else the venv scripts/setup-test-deps builds)")
-	fs.StringVar(&c.anchors, "anchors", defaultAnchors(), "`dir` where scripts/setup-bench-deps installed MosaicML Streaming and LitData (put on PYTHONPATH over -python's venv)")
+	fs.StringVar(&c.anchors, "anchors", defaultAnchors(), "`dir` where scripts/setup-bench-deps installed MosaicML Streaming, LitData and Gigatoken (put on PYTHONPATH over -python's venv)")
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "the \"all threads\" count")
 	fs.StringVar(&c.binDir, "bin", "", "use the ferry binaries in this `dir` (e.g. bin after make build) instead of building them from the tree")
 	fs.IntVar(&c.seedRecords, "seed-records", 0, "the seed path job uses the first `N` records only (default: quick 200, full all); 8 ranks of the seed tokenize every record each")
@@ -162,12 +163,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	res.Inputs = inputs
 
 	if c.list {
+		width := 0
+		for _, j := range jobs {
+			width = max(width, utf8.RuneCountInString(j.Name))
+		}
 		for _, j := range jobs {
 			state := "ready"
 			if j.Unavailable != "" {
 				state = "not available: " + j.Unavailable
 			}
-			fmt.Fprintf(stdout, "%-40s %s\n", j.Name, state)
+			fmt.Fprintf(stdout, "%-*s %s\n", width, j.Name, state)
 		}
 		return nil
 	}
