@@ -209,7 +209,8 @@ func tokenizerJobs(e *env) ([]harness.Job, []string) {
 					j.Unavailable = "tokenizer: " + err.Error()
 				}
 				jobs = append(jobs, j)
-				if in.name == "alpaca" && th == 1 {
+				// quick: the seeds' tokenizers only (~4 s a row)
+				if in.name == "alpaca" && th == 1 && (e.c.mode != "quick" || k < len(seedTokenizers)) {
 					jobs = append(jobs, e.gigatokenJob(j, t.name, in.path[t.name], tokDir, ferryOut))
 				}
 			}

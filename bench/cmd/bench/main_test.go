@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -347,10 +348,44 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Errorf("-list lacks %q:\n%s", want, stdout.String())
 		}
 	}
-	// Gigatoken refuses SmolLM2's tokenizer (or is not installed: make
-	// test does not install the bench's anchors).
-	if !regexp.MustCompile(`(?m)^tokenize smollm2 alpaca 1T gigatoken +not available: `).MatchString(stdout.String()) {
-		t.Errorf("-list: the SmolLM2 Gigatoken row is not marked unavailable:\n%s", stdout.String())
+	// Quick mode runs Gigatoken for the seeds' tokenizers only.
+	if strings.Contains(stdout.String(), "tokenize tinyllama alpaca 1T gigatoken") {
+		t.Errorf("-list: quick mode has a Gigatoken row for TinyLlama:\n%s", stdout.String())
+	}
+}
+
+// TestGigatokenJob: the Gigatoken row runs ferry's side of the HF row
+// against gigatoken_tokenize.py, checks the IDs against ferry's, and is
+// unavailable where Gigatoken is not installed or refuses the tokenizer.
+func TestGigatokenJob(t *testing.T) {
+	e := &env{c: &config{python: "py", anchors: "/anchors", work: t.TempDir(), mode: "full"}, tools: map[string]string{"gigatoken": "0.10.0"}}
+	hf := harness.Job{Name: "tokenize qwen2.5 alpaca 1T", Ferry: harness.Side{Label: "ferry"}}
+	j := e.gigatokenJob(hf, "qwen2.5", "in.jsonl", "tok/qwen2.5", "ferry.jsonl")
+	if j.Name != "tokenize qwen2.5 alpaca 1T gigatoken" || j.Unavailable != "" || j.Ferry.Label != "ferry" ||
+		!strings.HasPrefix(j.Anchor.Label, "Gigatoken 0.10.0 ") || j.Check == nil {
+		t.Errorf("job %+v", j)
+	}
+	want := []string{"py", gigatokenTokenizePy, "--tokenizer", "tok/qwen2.5", "--bench-line", "in.jsonl"}
+	if !slices.Equal(j.Anchor.Cmd.Argv, want) || !slices.Contains(j.Anchor.Cmd.Env, "PYTHONPATH=/anchors") {
+		t.Errorf("anchor command %q, env %q", j.Anchor.Cmd.Argv, j.Anchor.Cmd.Env)
+	}
+	ferryOut := filepath.Join(e.c.work, "ferry.jsonl")
+	j = e.gigatokenJob(hf, "qwen2.5", "in.jsonl", "tok/qwen2.5", ferryOut)
+	if err := os.WriteFile(ferryOut, []byte("{\"ids\":[1,2]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(j.Anchor.Cmd.Stdout, []byte("{\"ids\":[1,2]}\n{\"bench\":{\"encode_s\":1}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := j.Check(); err != nil || msg != "token IDs identical to Gigatoken on all 1 lines (2 tokens)" {
+		t.Errorf("check: %q, %v", msg, err)
+	}
+	if j := e.gigatokenJob(hf, "smollm2", "in.jsonl", "tok/smollm2", "ferry.jsonl"); !strings.Contains(j.Unavailable, "does not load SmolLM2's") {
+		t.Errorf("smollm2: unavailable %q", j.Unavailable)
+	}
+	e.tools["gigatoken"] = ""
+	if j := e.gigatokenJob(hf, "qwen2.5", "in.jsonl", "tok/qwen2.5", "ferry.jsonl"); !strings.Contains(j.Unavailable, "not installed in /anchors") {
+		t.Errorf("not installed: unavailable %q", j.Unavailable)
 	}
 }
 
