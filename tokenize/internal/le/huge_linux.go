@@ -31,6 +31,14 @@ func huge(size int) bool { return size >= hugePage && thp() }
 // Mem is unreachable.
 type Mem struct {
 	size int // bytes mapped (and a Mem is not zero-sized: see runtime.AddCleanup)
+	// base is the mapping's first byte. A Mem holds a pointer so that the
+	// runtime never batches it with other small objects in one
+	// allocation slot ("tiny" allocations, pointer-free and under 16
+	// bytes): the cleanup of an object in such a slot waits until every
+	// object in it is unreachable, so a Mem of one int could keep its
+	// mapping (megabytes) for as long as some unrelated small object
+	// lived (TestHugeTinyNeighbour).
+	base *byte
 }
 
 // Huge returns a zeroed []T of length n, and the *Mem that owns its
@@ -64,7 +72,7 @@ func Huge[T any](n int) ([]T, *Mem) {
 	}
 	off := (hugePage - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%hugePage)) % hugePage
 	_ = unix.Madvise(b[off:off+size], unix.MADV_HUGEPAGE) // a hint: without it, small pages
-	m := &Mem{size: len(b)}
+	m := &Mem{size: len(b), base: &b[0]}
 	runtime.AddCleanup(m, func(b []byte) { _ = unix.Munmap(b) }, b)
 	return unsafe.Slice((*T)(unsafe.Pointer(&b[off])), n), m
 }

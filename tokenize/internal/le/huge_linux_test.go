@@ -78,31 +78,42 @@ func TestHuge(t *testing.T) {
 	if entry == nil {
 		t.Fatalf("no mapping holds %#x", p)
 	}
-	flags := ""
-	for _, l := range entry {
-		if f, ok := strings.CutPrefix(l, "VmFlags:"); ok {
-			flags = f
-		}
-	}
-	if !slices.Contains(strings.Fields(flags), "hg") {
-		t.Errorf("mapping %s: VmFlags %q lack hg (MADV_HUGEPAGE)", entry[0], flags)
+	if !hugeFlag(entry) {
+		t.Errorf("mapping %q: VmFlags lack hg (MADV_HUGEPAGE)", entry)
 	}
 	for i := range s {
 		if s[i] != uint64(i)*0x9e3779b97f4a7c15 {
 			t.Fatalf("word %d changed", i)
 		}
 	}
-	// Once its Mem is unreachable, the mapping goes.
+	// Once its Mem is unreachable, the mapping goes. The runtime's own
+	// mmaps may take its addresses after that, so the mapping that holds
+	// p must be gone or be another one: another range, or without
+	// MADV_HUGEPAGE.
 	runtime.KeepAlive(m)
 	m, s = nil, nil
+	ours := func() bool {
+		e := mapping(t, p)
+		return e != nil && e[0] == entry[0] && hugeFlag(e)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for mapping(t, p) != nil {
+	for ours() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the mapping at %#x is still there 5 s after its Mem became unreachable", p)
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// hugeFlag reports whether an smaps entry's VmFlags have hg (MADV_HUGEPAGE).
+func hugeFlag(entry []string) bool {
+	for _, l := range entry {
+		if f, ok := strings.CutPrefix(l, "VmFlags:"); ok {
+			return slices.Contains(strings.Fields(f), "hg")
+		}
+	}
+	return false
 }
 
 func TestHugeCopy(t *testing.T) {
@@ -171,6 +182,48 @@ func TestHugeTypes(t *testing.T) {
 	}{{uint64(0), true}, {[4]int32{}, true}, {slot{}, true}, {[0]*int{}, true}, {withPointer{}, false}, {"", false}, {[]int{}, false}, {map[int]int{}, false}, {(*int)(nil), false}, {func() {}, false}} {
 		if got := pointerFree(reflect.TypeOf(c.typ)); got != c.want {
 			t.Errorf("pointerFree(%T) = %v, want %v", c.typ, got, c.want)
+		}
+	}
+}
+
+// tinySink keeps TestHugeTinyNeighbour's small object alive.
+var tinySink *uint64
+
+// TestHugeTinyNeighbour: a Mem's mapping goes once the Mem is unreachable
+// even while an object allocated right after it lives on. The runtime
+// batches tiny pointer-free objects (under 16 bytes) in one allocation
+// slot, and a cleanup of an object in such a slot waits for all of them
+// (see runtime.AddCleanup): a Mem of one int was such an object.
+func TestHugeTinyNeighbour(t *testing.T) {
+	if !thp() {
+		// No transparent huge pages here: make's memory, no Mem.
+		if _, m := Huge[uint64](hugePage / 8); m != nil {
+			t.Fatalf("THP is off, but Huge mapped memory")
+		}
+		return
+	}
+	for range 8 {
+		s, m := Huge[uint64](hugePage / 8)
+		tinySink = new(uint64) // tiny-allocated, maybe in m's slot
+		*tinySink = 1
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+		entry := mapping(t, p)
+		if m == nil || entry == nil {
+			t.Fatalf("Huge(%d): mem %v, mapping %q", hugePage/8, m, entry)
+		}
+		runtime.KeepAlive(m)
+		m, s = nil, nil
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			e := mapping(t, p)
+			if e == nil || e[0] != entry[0] || !hugeFlag(e) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the mapping at %#x is still there 5 s after its Mem became unreachable (a live object beside it)", p)
+			}
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
