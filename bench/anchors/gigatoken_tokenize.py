@@ -48,56 +48,25 @@ import os
 import sys
 import time
 
-USAGE = "usage: python gigatoken_tokenize.py --tokenizer T [--out FILE|-|none] [--bench-line] [--batch N] IN.jsonl\n"
-
-
-def usage(msg):
-    sys.stderr.write(f"gigatoken_tokenize: {msg}\n{USAGE}")
-    sys.exit(2)
-
+from hf_tokenize import ids_line, read_texts  # the same input and output lines
 
 def parse_args(argv):
+    """The flags of the module docstring; argparse exits 2 on a bad command line."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="gigatoken_tokenize", usage=USAGE.removeprefix("usage: ").rstrip("\n"),
-                                 add_help=False)
-    ap.add_argument("-h", "--help", action="store_true")
-    ap.add_argument("--tokenizer")
+    ap = argparse.ArgumentParser(prog="gigatoken_tokenize", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenizer", required=True, help="tokenizer.json or the directory that holds it")
     ap.add_argument("--bench-line", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--out", default="-")
-    ap.add_argument("input", nargs="?")
+    ap.add_argument("input", metavar="IN.jsonl")
     o = ap.parse_args(argv)
-    if o.help:
-        sys.stdout.write(__doc__)
-        sys.exit(0)
-    if not o.tokenizer:
-        usage("--tokenizer is required")
-    if not o.input:
-        usage("IN.jsonl is required")
     if o.batch < 0:
-        usage("--batch must be 0 or a positive integer")
+        ap.error("--batch must be 0 or a positive integer")
     if os.path.isdir(o.tokenizer):
         o.tokenizer = os.path.join(o.tokenizer, "tokenizer.json")
     return o
-
-
-def read_texts(path):
-    with open(path, "rb") as f:
-        raw = f.read().decode("utf-8", errors="replace")
-    lines = raw.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    texts = []
-    for n, line in enumerate(lines, 1):
-        try:
-            v = json.loads(line)
-        except ValueError as e:
-            raise SystemExit(f"gigatoken_tokenize: {path}: line {n}: {e}")
-        if not isinstance(v, dict) or not isinstance(v.get("text"), str):
-            raise SystemExit(f'gigatoken_tokenize: {path}: line {n}: no "text" string')
-        texts.append(v["text"])
-    return texts
 
 
 def single_template(path):
@@ -133,7 +102,7 @@ def main(argv):
     t1 = time.perf_counter()
     tok.encode_batch(["A warm-up, not in the input: 12 x."], parallel=False)
     t2 = time.perf_counter()
-    texts = read_texts(o.input)
+    texts = read_texts(o.input, "gigatoken_tokenize")
     before, after = single_template(o.tokenizer)
     t3 = time.perf_counter()
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
@@ -150,7 +119,7 @@ def main(argv):
         lists = [np.asarray(r).tolist() for r in rows]
         tokens += sum(len(ids) for ids in lists) + len(lists) * (len(before) + len(after))
         if out is not None:
-            out.write("".join('{"ids":[' + ",".join(map(str, before + ids + after)) + "]}\n" for ids in lists))
+            out.write("".join(ids_line(before + ids + after) for ids in lists))
     if out is not None and out is not sys.stdout:
         out.close()
     if o.bench_line:

@@ -165,7 +165,10 @@ def decode(raw):
     return raw.decode("utf-8", errors="replace")
 
 
-def read_texts(path):
+def read_texts(path, prog="hf_tokenize"):
+    """The "text" of every line of a JSONL file (stdin when path is None);
+    a bad line exits with prog, the file and the line in the message
+    (gigatoken_tokenize.py reads its input with this too)."""
     raw = decode(read_input(path))
     lines = raw.split("\n")
     if lines and lines[-1] == "":
@@ -175,9 +178,9 @@ def read_texts(path):
         try:
             v = json.loads(line)
         except ValueError as e:
-            raise SystemExit(f"hf_tokenize: {path}: line {n}: {e}")
+            raise SystemExit(f"{prog}: {path}: line {n}: {e}")
         if not isinstance(v, dict) or not isinstance(v.get("text"), str):
-            raise SystemExit(f'hf_tokenize: {path}: line {n}: no "text" string')
+            raise SystemExit(f'{prog}: {path}: line {n}: no "text" string')
         texts.append(v["text"])
     return texts
 
