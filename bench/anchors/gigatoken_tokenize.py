@@ -50,6 +50,7 @@ import time
 
 from hf_tokenize import ids_line, read_texts  # the same input and output lines
 
+
 def parse_args(argv):
     """The flags of the module docstring; argparse exits 2 on a bad command line."""
     import argparse
